@@ -1,0 +1,354 @@
+"""`triggerfish-admin kv` on every persistent backend and on a gateway-written store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliFn, StoreHandle
+from tests.helpers.gateway import GATEWAY_ROWS, SESSION_ID, dump_tables
+
+
+def seed(store: StoreHandle, rows: dict[str, str]) -> None:
+    provider = store.open()
+    provider.set_many(rows.items())  # type: ignore[attr-defined]
+    provider.close()  # type: ignore[attr-defined]
+
+
+def contents(store: StoreHandle) -> dict[str, str]:
+    provider = store.open()
+    try:
+        return dict(provider.scan())  # type: ignore[attr-defined]
+    finally:
+        provider.close()  # type: ignore[attr-defined]
+
+
+def without_audit(rows: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in rows.items() if not k.startswith("audit:")}
+
+
+def audit_records(rows: dict[str, str]) -> list[dict[str, object]]:
+    return [json.loads(v) for k, v in sorted(rows.items()) if k.startswith("audit:")]
+
+
+# -- namespaces ---------------------------------------------------------------
+
+
+def test_namespaces_on_a_gateway_store(cli: CliFn, gateway_db: Path) -> None:
+    result = cli("kv", "namespaces", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    rows = {row["namespace"]: row for row in result.json()}  # type: ignore[union-attr]
+    assert rows["memory:"]["keys"] == 5 and rows["memory:"]["known"] is True
+    assert rows["conv:"]["keys"] == 2
+    assert rows["lineage-hash:"]["keys"] == 1
+    assert rows["main-session-id"]["keys"] == 1
+    assert rows["custom:"] == {
+        "namespace": "custom:",
+        "known": False,
+        "description": "unknown namespace",
+        "keys": 1,
+        "bytes": 1,
+    }
+    assert rows[""]["keys"] == 1  # "nocolon"
+    assert sum(row["keys"] for row in rows.values()) == len(GATEWAY_ROWS)
+    total_bytes = sum(len(v.encode()) for v in GATEWAY_ROWS.values())
+    assert sum(row["bytes"] for row in rows.values()) == total_bytes
+    assert list(rows) == sorted(rows)
+
+
+def test_namespaces_ages(cli: CliFn, gateway_db: Path) -> None:
+    rows = {r["namespace"]: r for r in cli("kv", "namespaces", "--ages", "-f", "json").json()}
+    assert rows["conv:"]["oldest"] == "2026-03-28T14:05:41.000Z"
+    assert rows["conv:"]["newest"] == "2026-03-28T14:05:43.250Z"
+    assert rows["conv:"]["unknown_age"] == 0
+    assert rows["cron-history:"]["newest"] == "2026-03-28T09:00:00.090Z"
+    assert rows["lineage:"]["oldest"] == "2026-03-28T14:05:42.000Z"
+    assert rows["main-session-id"]["unknown_age"] == 1  # a bare UUID has no age
+    assert rows["browser:"]["unknown_age"] == 1
+    assert rows["custom:"]["unknown_age"] == 1
+    assert rows["memory:"]["newest"] == "2026-03-29T08:00:00.000Z"
+
+
+def test_namespaces_table_and_csv(cli: CliFn, gateway_db: Path) -> None:
+    table = cli("kv", "namespaces")
+    assert table.exit_code == 0
+    assert "memory:" in table.stdout and "total" in table.stdout
+    csv_out = cli("kv", "namespaces", "-f", "csv").stdout.splitlines()
+    assert csv_out[0] == "namespace,known,description,keys,bytes"
+    assert len(csv_out) == 1 + len(
+        {r["namespace"] for r in cli("kv", "namespaces", "-f", "json").json()}
+    )
+
+
+def test_namespaces_empty_store(cli: CliFn, store: StoreHandle) -> None:
+    result = cli(*store.args, "kv", "namespaces")
+    assert result.exit_code == 0
+    assert "the store is empty" in result.stderr
+    assert cli(*store.args, "kv", "namespaces", "-f", "jsonl").stdout == ""
+
+
+# -- list / get -------------------------------------------------------------------
+
+
+def test_list_prefix_exact(cli: CliFn, store: StoreHandle) -> None:
+    seed(store, {"a_b": "1", "aXb": "22", "A_b": "3", "a_c": "4", "é:1": "5"})
+    result = cli(*store.args, "kv", "list", "a_", "-f", "json")
+    assert result.json() == [
+        {"key": "a_b", "namespace": "", "bytes": 1},
+        {"key": "a_c", "namespace": "", "bytes": 1},
+    ]
+    assert cli(*store.args, "kv", "list", "-k").stdout.splitlines() == [
+        "A_b",
+        "aXb",
+        "a_b",
+        "a_c",
+        "é:1",
+    ]
+    assert cli(*store.args, "kv", "list", "-k", "-l", "2").stdout == "A_b\naXb\n"
+    assert cli(*store.args, "kv", "list", "-k", "-f", "json", "é").json() == ["é:1"]
+    assert cli(*store.args, "kv", "list", "-k", "-f", "jsonl", "a_").stdout == '"a_b"\n"a_c"\n'
+
+
+def test_list_namespace(cli: CliFn, gateway_db: Path) -> None:
+    keys = cli("kv", "list", "--namespace", "conv", "-k").stdout.splitlines()
+    assert keys == [f"conv:{SESSION_ID}:000000000001", f"conv:{SESSION_ID}:000000000002"]
+    bad = cli("kv", "list", "--namespace", "nosuch")
+    assert bad.exit_code == 2 and "unknown namespace" in bad.stderr
+    both = cli("kv", "list", "conv:", "--namespace", "conv")
+    assert both.exit_code == 2
+
+
+def test_get_raw_and_pretty(cli: CliFn, store: StoreHandle) -> None:
+    value = '{"b":1,"a":"日本"}'
+    seed(store, {"k": value, "bare": "CONFIDENTIAL"})
+    assert cli(*store.args, "kv", "get", "k", "--raw").stdout == value
+    assert cli(*store.args, "kv", "get", "k").stdout == value  # not a TTY: exact
+    assert cli(*store.args, "kv", "get", "bare").stdout == "CONFIDENTIAL"
+    assert cli(*store.args, "kv", "get", "k", "-f", "json").json() == {"key": "k", "value": value}
+    missing = cli(*store.args, "kv", "get", "nope")
+    assert missing.exit_code == 3 and missing.stdout == ""
+
+
+def test_pretty_json_on_a_tty(
+    cli: CliFn, gateway_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from triggerfish_cli.cli import output
+
+    monkeypatch.setattr(output.Output, "stdout_is_tty", property(lambda self: True))
+    result = cli("kv", "get", f"sessions:{SESSION_ID}")
+    assert result.stdout.startswith('{\n  "id": ')
+
+
+# -- set ----------------------------------------------------------------------------
+
+
+def test_set_from_argument_file_and_stdin(cli: CliFn, store: StoreHandle, tmp_path: Path) -> None:
+    assert cli(*store.args, "kv", "set", "a", '{"x":1}').exit_code == 0
+    file = tmp_path / "v.json"
+    file.write_text('{"y": 2}\n')
+    assert cli(*store.args, "kv", "set", "b", "--file", str(file)).exit_code == 0
+    assert cli(*store.args, "kv", "set", "c", input='["z"]\n').exit_code == 0
+    assert cli(*store.args, "kv", "set", "d", "-", input="[1]").exit_code == 0
+    rows = contents(store)
+    assert without_audit(rows) == {"a": '{"x":1}', "b": '{"y": 2}', "c": '["z"]', "d": "[1]"}
+    assert [r["action"] for r in audit_records(rows)] == ["kv_set"] * 4
+
+
+def test_set_refuses_invalid_json_unless_raw(cli: CliFn, store: StoreHandle) -> None:
+    result = cli(*store.args, "kv", "set", "k", "not json")
+    assert result.exit_code == 8
+    assert "not valid JSON" in result.stderr and "--raw" in result.stderr
+    assert contents(store) == {}
+    assert cli(*store.args, "kv", "set", "k", "not json", "--raw").exit_code == 0
+    assert without_audit(contents(store)) == {"k": "not json"}
+
+
+def test_set_reports_json(cli: CliFn, store: StoreHandle) -> None:
+    cli(*store.args, "kv", "set", "k", "1")
+    result = cli(*store.args, "kv", "set", "k", "22", "-f", "json")
+    assert result.json() == {"key": "k", "bytes": 2, "replaced": True}
+
+
+def test_audit_record_shape(cli: CliFn, store: StoreHandle) -> None:
+    cli(*store.args, "kv", "set", "sessions:x", "{}")
+    rows = contents(store)
+    [(key, value)] = [(k, v) for k, v in rows.items() if k.startswith("audit:")]
+    assert key.endswith(":admin_kv_set")
+    record = json.loads(value)
+    assert record["action"] == "kv_set" and record["target"] == "sessions:x"
+    assert record["counts"] == {"set": 1}
+    assert record["user"] and record["tool"].startswith("triggerfish-admin ")
+    assert key == f"audit:{record['timestamp']}:admin_kv_set"
+    assert value == json.dumps(record, separators=(",", ":"), ensure_ascii=False)
+
+
+# -- delete --------------------------------------------------------------------------
+
+
+def test_delete_one_key_needs_yes_off_a_tty(cli: CliFn, store: StoreHandle) -> None:
+    seed(store, {"a": "1", "b": "2"})
+    refused = cli(*store.args, "kv", "delete", "a")
+    assert refused.exit_code == 4 and "--yes" in refused.stderr
+    assert contents(store) == {"a": "1", "b": "2"}
+    dry = cli(*store.args, "kv", "delete", "a", "--dry-run", "-f", "json")
+    assert dry.json()["deleted"] == 0 and contents(store) == {"a": "1", "b": "2"}
+    assert cli(*store.args, "kv", "delete", "a", "--yes").exit_code == 0
+    rows = contents(store)
+    assert without_audit(rows) == {"b": "2"}
+    assert audit_records(rows)[0]["action"] == "kv_delete"
+    assert cli(*store.args, "kv", "delete", "a", "--yes").exit_code == 3
+
+
+def test_delete_prefix_touches_nothing_else(cli: CliFn, gateway_db: Path) -> None:
+    before = dump_tables(gateway_db)
+    dry = cli("kv", "delete", "--prefix", "conv:", "--dry-run", "-f", "json")
+    assert dry.exit_code == 0
+    assert dry.json()["matched"] == 2 and dry.json()["deleted"] == 0
+    assert dump_tables(gateway_db) == before
+    refused = cli("kv", "delete", "--prefix", "conv:")
+    assert refused.exit_code == 4
+    assert dump_tables(gateway_db) == before
+    done = cli("kv", "delete", "--prefix", "conv:", "--yes", "-f", "json")
+    assert done.json()["deleted"] == 2
+    after = dump_tables(gateway_db)
+    expected = {k: v for k, v in GATEWAY_ROWS.items() if not k.startswith("conv:")}
+    assert without_audit(dict(after["kv"])) == expected  # type: ignore[arg-type]
+    assert after["memory_meta"] == before["memory_meta"]
+    [record] = audit_records(dict(after["kv"]))  # type: ignore[arg-type]
+    assert record["counts"] == {"planned": 2, "deleted": 2} and record["target"] == "conv:"
+
+
+def test_delete_prefix_is_literal(cli: CliFn, store: StoreHandle) -> None:
+    seed(store, {"a_1": "x", "ab1": "x", "A_1": "x"})
+    cli(*store.args, "kv", "delete", "--prefix", "a_", "--yes")
+    assert without_audit(contents(store)) == {"ab1": "x", "A_1": "x"}
+
+
+def test_delete_refuses_empty_prefix_and_bad_usage(cli: CliFn, store: StoreHandle) -> None:
+    seed(store, {"a": "1"})
+    result = cli(*store.args, "kv", "delete", "--prefix", "", "--yes")
+    assert result.exit_code == 4 and "kv clear" in result.stderr
+    assert cli(*store.args, "kv", "delete", "--yes").exit_code == 2
+    assert cli(*store.args, "kv", "delete", "a", "--prefix", "a", "--yes").exit_code == 2
+    assert contents(store) == {"a": "1"}
+
+
+def test_delete_confirmation_on_a_tty(
+    cli: CliFn, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from triggerfish_cli.cli import output
+
+    seed(store, {"a": "1"})
+    monkeypatch.setattr(output.Output, "stdin_is_tty", property(lambda self: True))
+    no = cli(*store.args, "kv", "delete", "a", input="n\n")
+    assert no.exit_code == 4 and contents(store) == {"a": "1"}
+    yes = cli(*store.args, "kv", "delete", "a", input="y\n")
+    assert yes.exit_code == 0 and without_audit(contents(store)) == {}
+
+
+# -- clear -----------------------------------------------------------------------------
+
+
+def test_clear_needs_yes(cli: CliFn, store: StoreHandle) -> None:
+    seed(store, {"a": "1", "b": "2"})
+    assert cli(*store.args, "kv", "clear").exit_code == 4
+    dry = cli(*store.args, "kv", "clear", "--dry-run", "-f", "json")
+    assert dry.json()["matched"] == 2
+    assert contents(store) == {"a": "1", "b": "2"}
+    assert cli(*store.args, "kv", "clear", "--yes").exit_code == 0
+    rows = contents(store)
+    assert without_audit(rows) == {}
+    assert audit_records(rows)[0]["counts"] == {"deleted": 2}
+
+
+def test_clear_on_a_tty_asks_for_the_store_name(
+    cli: CliFn, store: StoreHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from triggerfish_cli.cli import output
+
+    seed(store, {"a": "1"})
+    monkeypatch.setattr(output.Output, "stdin_is_tty", property(lambda self: True))
+    wrong = cli(*store.args, "kv", "clear", "--yes", input="yes\n")
+    assert wrong.exit_code == 4 and contents(store) == {"a": "1"}
+    provider = store.open()
+    name = provider.describe()  # type: ignore[attr-defined]
+    provider.close()  # type: ignore[attr-defined]
+    right = cli(*store.args, "kv", "clear", "--yes", input=f"{name}\n")
+    assert right.exit_code == 0, right.stderr
+    assert without_audit(contents(store)) == {}
+
+
+# -- export / import ---------------------------------------------------------------------
+
+
+def test_export_import_round_trip(cli: CliFn, gateway_db: Path, tmp_path: Path) -> None:
+    exported = cli("kv", "export")
+    lines = exported.stdout.splitlines()
+    assert len(lines) == len(GATEWAY_ROWS)
+    assert all(set(json.loads(line)) == {"key", "value"} for line in lines)
+    assert dict((d["key"], d["value"]) for d in map(json.loads, lines)) == GATEWAY_ROWS
+    assert "Hva er været" in exported.stdout  # non-ASCII unescaped
+    target = tmp_path / "copy.db"  # import creates a new store file
+    result = cli("--db", str(target), "kv", "import", "-", "-f", "json", input=exported.stdout)
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["new"] == len(GATEWAY_ROWS)
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    copied = dict(SqliteStorage(target).scan())
+    assert without_audit(copied) == GATEWAY_ROWS
+
+
+def test_export_prefix_and_output_file(cli: CliFn, gateway_db: Path, tmp_path: Path) -> None:
+    out = tmp_path / "conv.jsonl"
+    assert cli("kv", "export", "conv:", "-o", str(out)).exit_code == 0
+    assert [json.loads(line)["key"] for line in out.read_text().splitlines()] == [
+        f"conv:{SESSION_ID}:000000000001",
+        f"conv:{SESSION_ID}:000000000002",
+    ]
+    assert [p.name for p in tmp_path.iterdir()] == ["conv.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("bad_line", "message"),
+    [
+        ("{not json", "not valid JSON"),
+        ('{"key": "k"}', 'string "key" and a string "value"'),
+        ('{"key": 1, "value": "v"}', 'string "key"'),
+        ('["k", "v"]', 'string "key"'),
+        ('{"key": "", "value": "v"}', 'string "key"'),
+    ],
+)
+def test_import_is_all_or_nothing(
+    cli: CliFn, store: StoreHandle, bad_line: str, message: str
+) -> None:
+    seed(store, {"existing": "1"})
+    text = '{"key":"a","value":"1"}\n{"key":"existing","value":"2"}\n' + bad_line + "\n"
+    result = cli(*store.args, "kv", "import", "-", input=text)
+    assert result.exit_code == 8
+    assert "line 3" in result.stderr and message in result.stderr
+    assert contents(store) == {"existing": "1"}
+
+
+def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Path) -> None:
+    seed(store, {"same": "1", "changed": "1"})
+    file = tmp_path / "in.jsonl"
+    file.write_text(
+        '{"key":"same","value":"1"}\n\n{"key":"changed","value":"2"}\n{"key":"new","value":"3"}\n'
+    )
+    dry = cli(*store.args, "kv", "import", str(file), "--dry-run", "-f", "json")
+    assert dry.json() == {
+        "lines": 3,
+        "new": 1,
+        "replaced": 1,
+        "unchanged": 1,
+        "written": 0,
+        "dry_run": True,
+    }
+    assert contents(store) == {"same": "1", "changed": "1"}
+    done = cli(*store.args, "kv", "import", str(file), "-f", "json")
+    assert done.json()["written"] == 2
+    assert without_audit(contents(store)) == {"same": "1", "changed": "2", "new": "3"}
+    missing = cli(*store.args, "kv", "import", str(tmp_path / "nope.jsonl"))
+    assert missing.exit_code == 3

@@ -1,0 +1,263 @@
+"""A store written the way the Triggerfish gateway writes it (UPSTREAM.md), by hand.
+
+Literal SQL and literal JSON, independent of the tool's own code, so tests
+compare the tool against the gateway's format rather than against itself.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+KV_SQL = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+FTS_SQL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5("
+    "agent_id, classification, key, content, tags, tokenize='porter unicode61')"
+)
+META_SQL = (
+    "CREATE TABLE IF NOT EXISTS memory_meta (agent_id TEXT NOT NULL, "
+    "classification TEXT NOT NULL, key TEXT NOT NULL, record_json TEXT NOT NULL, "
+    "PRIMARY KEY (agent_id, classification, key))"
+)
+
+SESSION_ID = "3f6c2a8e-5b1d-4c7a-9e2f-0a1b2c3d4e5f"
+OWNER_ID = "9b8a7c6d-1e2f-4a3b-8c5d-6e7f8a9b0c1d"
+LINEAGE_ID = "5e4d3c2b-1a09-4f8e-b7d6-c5b4a3928170"
+CRON_ID = "c1d2e3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f"
+
+
+def _js(document: object) -> str:
+    """JSON.stringify: compact, non-ASCII unescaped."""
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False)
+
+
+def memory_record(
+    key: str,
+    level: str,
+    content: str,
+    *,
+    agent: str = "main-session",
+    tags: list[str] | None = None,
+    created: str = "2026-03-02T10:15:30.123Z",
+    updated: str = "2026-03-28T14:07:00.005Z",
+    expired: bool = False,
+) -> str:
+    return _js(
+        {
+            "key": key,
+            "agentId": agent,
+            "classification": level,
+            "content": content,
+            "tags": tags or [],
+            "createdAt": created,
+            "updatedAt": updated,
+            "expired": expired,
+            "sourceSessionId": SESSION_ID,
+        }
+    )
+
+
+GATEWAY_ROWS: dict[str, str] = {
+    f"sessions:{SESSION_ID}": _js(
+        {
+            "id": SESSION_ID,
+            "userId": OWNER_ID,
+            "channelId": "telegram",
+            "taint": "INTERNAL",
+            "createdAt": "2026-03-28T14:05:40.902Z",
+            "history": [
+                {
+                    "timestamp": "2026-03-28T14:06:00.000Z",
+                    "previousLevel": "PUBLIC",
+                    "newLevel": "INTERNAL",
+                    "reason": "read calendar",
+                }
+            ],
+            "bumpersEnabled": True,
+        }
+    ),
+    "main-session-id": SESSION_ID,  # older installs: a bare UUID
+    f"conv:{SESSION_ID}:000000000001": _js(
+        {
+            "message_id": "m1",
+            "session_id": SESSION_ID,
+            "role": "user",
+            "content": "Hva er været i Oslo?",
+            "classification": "PUBLIC",
+            "timestamp": "2026-03-28T14:05:41.000Z",
+            "sequence": 1,
+            "compacted": False,
+        }
+    ),
+    f"conv:{SESSION_ID}:000000000002": _js(
+        {
+            "message_id": "m2",
+            "session_id": SESSION_ID,
+            "role": "assistant",
+            "content": "Det er 4 °C og regn.",
+            "classification": "PUBLIC",
+            "timestamp": "2026-03-28T14:05:43.250Z",
+            "sequence": 2,
+            "compacted": False,
+        }
+    ),
+    f"conv-session:{SESSION_ID}": '{"lastSequence":2}',
+    f"lineage:{LINEAGE_ID}": _js(
+        {
+            "lineage_id": LINEAGE_ID,
+            "content_hash": "ab" * 32,
+            "origin": {
+                "source_type": "web",
+                "source_name": "yr.no",
+                "accessed_at": "2026-03-28T14:05:42.000Z",
+                "accessed_by": SESSION_ID,
+                "access_method": "fetch",
+            },
+            "classification": {"level": "PUBLIC", "reason": "public web page"},
+            "sessionId": SESSION_ID,
+        }
+    ),
+    f"lineage-session:{SESSION_ID}:{LINEAGE_ID}": LINEAGE_ID,
+    f"lineage-hash:{'ab' * 32}": LINEAGE_ID,
+    f"cron:{CRON_ID}": _js(
+        {
+            "id": CRON_ID,
+            "expression": "0 9 * * *",
+            "task": "morning brief",
+            "classificationCeiling": "INTERNAL",
+            "createdAt": "2026-01-05T08:00:00.000Z",
+            "enabled": True,
+        }
+    ),
+    f"cron-history:{CRON_ID}": _js(
+        [
+            {
+                "jobId": CRON_ID,
+                "executedAt": "2026-03-27T09:00:00.120Z",
+                "durationMs": 5120,
+                "success": True,
+            },
+            {
+                "jobId": CRON_ID,
+                "executedAt": "2026-03-28T09:00:00.090Z",
+                "durationMs": 90000,
+                "success": False,
+                "error": "timeout",
+            },
+        ]
+    ),
+    "trigger:last:cron": _js(
+        {
+            "id": "t1",
+            "source": "cron",
+            "message": "morning brief",
+            "classification": "INTERNAL",
+            "firedAt": "2026-03-28T09:00:00.000Z",
+        }
+    ),
+    f"notifications:{OWNER_ID}:0d9c8b7a-6f5e-4d3c-8b2a-190817263544": _js(
+        {
+            "id": "0d9c8b7a-6f5e-4d3c-8b2a-190817263544",
+            "userId": OWNER_ID,
+            "message": "Backup done",
+            "priority": "normal",
+            "createdAt": "2026-03-28T10:00:00.000Z",
+        }
+    ),
+    "todos:main-session": '{"todos":[]}',
+    "pairing:telegram:482913": _js(
+        {
+            "code": "482913",
+            "channelType": "telegram",
+            "expiresAt": "2026-03-28T14:15:00.000Z",
+            "used": False,
+        }
+    ),
+    "pairing:linked:telegram:12345678": _js(
+        {
+            "channelType": "telegram",
+            "platformUserId": "12345678",
+            "linkedAt": "2026-02-01T12:00:00.000Z",
+        }
+    ),
+    "prefs:owner:bumpers_default": "true",
+    "browser:profile:main-session:watermark": "CONFIDENTIAL",
+    "memory:main-session:PUBLIC:user-name": memory_record(
+        "user-name", "PUBLIC", "User's name is Alice Chen", tags=["persona"]
+    ),
+    "memory:main-session:CONFIDENTIAL:user-name": memory_record(
+        "user-name", "CONFIDENTIAL", "User's legal name is Alice Marie Chen", tags=["persona"]
+    ),
+    "memory:main-session:INTERNAL:trigger:instructions": memory_record(
+        "trigger:instructions", "INTERNAL", "Summarise the inbox every morning"
+    ),
+    "memory:main-session:PUBLIC:old-fact": memory_record(
+        "old-fact", "PUBLIC", "Prefers tea", expired=True, updated="2026-03-29T08:00:00.000Z"
+    ),
+    # Saved by a cron run: in kv, never indexed.
+    "memory:scheduler-telegram-1711612800000:PUBLIC:digest": memory_record(
+        "digest", "PUBLIC", "Daily digest sent", agent="scheduler-telegram-1711612800000"
+    ),
+    # Keys of no known namespace.
+    "custom:thing:1": "x",
+    "nocolon": "y",
+}
+
+INDEXED = (  # (agent, level, key) rows present in memory_fts and memory_meta
+    ("main-session", "PUBLIC", "user-name"),
+    ("main-session", "CONFIDENTIAL", "user-name"),
+    ("main-session", "INTERNAL", "trigger:instructions"),
+)
+
+
+def write_gateway_store(path: Path, rows: dict[str, str] | None = None) -> Path:
+    """Create ``path`` exactly as the gateway would have left it."""
+    rows = GATEWAY_ROWS if rows is None else rows
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(KV_SQL)
+    conn.execute(FTS_SQL)
+    conn.execute(META_SQL)
+    for key, value in rows.items():
+        conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+    for agent, level, key in INDEXED:
+        value = rows.get(f"memory:{agent}:{level}:{key}")
+        if value is None:
+            continue
+        record = json.loads(value)
+        conn.execute(
+            "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?",
+            (agent, level, key),
+        )
+        conn.execute(
+            "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (agent, level, key, record["content"], " ".join(record["tags"])),
+        )
+        conn.execute(
+            "INSERT OR REPLACE INTO memory_meta VALUES (?, ?, ?, ?)", (agent, level, key, value)
+        )
+    conn.commit()
+    conn.close()
+    return path
+
+
+def dump_tables(path: Path) -> dict[str, list[tuple[object, ...]]]:
+    """Every row of every table, for "nothing else was touched" assertions."""
+    conn = sqlite3.connect(path)
+    try:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' "
+                "AND name NOT LIKE 'memory_fts_%' ORDER BY name"
+            )
+        ]
+        return {
+            table: sorted(conn.execute(f'SELECT * FROM "{table}"').fetchall(), key=repr)
+            for table in tables
+        }
+    finally:
+        conn.close()

@@ -1,0 +1,266 @@
+"""The storage contract: the definition of a backend.
+
+Every backend runs every test here. A backend is done when it passes this
+suite, not before. The hypothesis tests compare each backend with a plain
+sorted dict: same keys, same order, same prefix results.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.storage.backends import BACKENDS, Provider
+from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
+
+Factory = Callable[[], Provider]
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
+    opened: list[Provider] = []
+
+    def factory() -> Provider:
+        provider = BACKENDS[request.param](tmp_path)
+        opened.append(provider)
+        return provider
+
+    yield factory
+    for provider in opened:
+        provider.close()
+
+
+@pytest.fixture
+def kv(make: Factory) -> Provider:
+    return make()
+
+
+TRICKY = [
+    "a",
+    "A",
+    "a:b",
+    "a_b",
+    "a%b",
+    "a%",
+    "a_",
+    "ab",
+    "aB",
+    "a:",
+    "a::c",
+    "é",
+    "e",
+    "日本",
+    "日",
+    "😀",
+    "\U0010ffff",
+    "\U0010ffffx",
+    "z",
+    "Z",
+    "%",
+    "_",
+    "*",
+    "a*",
+    "memory:main-session:PUBLIC:trigger:instructions",
+    "sessions:1",
+    "Sessions:1",
+]
+
+
+def fill(kv: Provider, keys: list[str]) -> None:
+    for key in keys:
+        kv.set(key, f"v:{key}")
+
+
+def model_list(keys: list[str], prefix: str | None) -> list[str]:
+    return sorted(k for k in set(keys) if prefix is None or k.startswith(prefix))
+
+
+def test_is_a_storage_provider(kv: Provider) -> None:
+    assert isinstance(kv, StorageProvider)
+    assert kv.backend in ("memory", "sqlite", "minimal", "postgres", "s3")
+    assert kv.describe()
+
+
+def test_get_set_overwrite_delete(kv: Provider) -> None:
+    assert kv.get("k") is None
+    kv.set("k", "1")
+    assert kv.get("k") == "1"
+    kv.set("k", "2")
+    assert kv.get("k") == "2"
+    kv.delete("k")
+    assert kv.get("k") is None
+    kv.delete("k")  # deleting an absent key is a no-op
+    assert kv.list() == []
+
+
+@pytest.mark.parametrize(
+    "value", ["", "bare string", '{"a":1}', "line\nbreak", "ünïcødé 日本 😀", "x" * 200_000]
+)
+def test_values_round_trip_exactly(kv: Provider, value: str) -> None:
+    kv.set("key", value)
+    assert kv.get("key") == value
+    assert dict(kv.scan()) == {"key": value}
+
+
+def test_list_is_binary_order(kv: Provider) -> None:
+    fill(kv, TRICKY)
+    assert kv.list() == sorted(TRICKY)
+    assert kv.list(None) == sorted(TRICKY)
+    assert kv.list("") == sorted(TRICKY)
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "a",
+        "a_",
+        "a%",
+        "A",
+        "a:",
+        "é",
+        "日",
+        "\U0010ffff",
+        "%",
+        "_",
+        "*",
+        "sessions:",
+        "memory:main-session:PUBLIC:trigger:",
+        "nothing",
+        "aB",
+    ],
+)
+def test_prefix_is_literal_and_case_sensitive(kv: Provider, prefix: str) -> None:
+    fill(kv, TRICKY)
+    expected = model_list(TRICKY, prefix)
+    assert kv.list(prefix) == expected
+    assert list(kv.scan_keys(prefix)) == expected
+    assert [key for key, _ in kv.scan(prefix)] == expected
+    assert kv.count(prefix) == len(expected)
+
+
+def test_underscore_and_percent_are_not_wildcards(kv: Provider) -> None:
+    fill(kv, ["a_b", "axb", "a%b", "a%%", "AXB"])
+    assert kv.list("a_") == ["a_b"]
+    assert kv.list("a%") == ["a%%", "a%b"]
+    assert kv.list("ax") == ["axb"]
+
+
+def test_scan_pages_and_resumes(kv: Provider) -> None:
+    keys = [f"n:{i:03d}" for i in range(25)] + ["m:1", "o:1"]
+    fill(kv, keys)
+    for batch in (1, 2, 7, 1000):
+        got = list(kv.scan("n:", batch_size=batch))
+        assert [k for k, _ in got] == [f"n:{i:03d}" for i in range(25)]
+        assert all(v == f"v:{k}" for k, v in got)
+    assert [k for k, _ in kv.scan("n:", start_after="n:010", batch_size=3)] == [
+        f"n:{i:03d}" for i in range(11, 25)
+    ]
+    # start_after before the prefix starts at the prefix
+    assert next(iter(kv.scan_keys("n:", start_after="a"))) == "n:000"
+    assert list(kv.scan_keys(None, start_after="n:023")) == ["n:024", "o:1"]
+
+
+def test_get_many(kv: Provider) -> None:
+    fill(kv, ["a", "b", "c"])
+    assert kv.get_many(["a", "c", "missing"]) == {"a": "v:a", "c": "v:c"}
+    assert kv.get_many([]) == {}
+    many = [f"k{i}" for i in range(1200)]
+    fill(kv, many)
+    assert len(kv.get_many(many)) == 1200
+
+
+def test_set_many(kv: Provider) -> None:
+    assert kv.set_many([("a", "1"), ("b", "2"), ("a", "3")]) >= 2
+    assert dict(kv.scan()) == {"a": "3", "b": "2"}
+
+
+def test_delete_many_batches_and_reports(kv: Provider) -> None:
+    fill(kv, [f"d:{i}" for i in range(10)] + ["keep"])
+    batches: list[int] = []
+    deleted = kv.delete_many(
+        [f"d:{i}" for i in range(10)] + ["absent"], batch_size=3, on_batch=batches.append
+    )
+    assert deleted == 10
+    assert sum(batches) == 10 and len(batches) == 4
+    assert kv.list() == ["keep"]
+
+
+def test_delete_if_unchanged_keeps_rewritten_records(kv: Provider) -> None:
+    kv.set("same", "old")
+    kv.set("changed", "new")
+    kv.set("other", "x")
+    deleted = kv.delete_if_unchanged([("same", "old"), ("changed", "old"), ("gone", "old")])
+    assert deleted == 1
+    assert kv.list() == ["changed", "other"]
+    assert kv.get("changed") == "new"
+
+
+def test_clear(kv: Provider) -> None:
+    fill(kv, TRICKY)
+    kv.clear()
+    assert kv.list() == []
+    assert kv.count() == 0
+
+
+def test_prefix_stats_counts_utf8_bytes(kv: Provider) -> None:
+    kv.set("s:1", "abc")
+    kv.set("s:2", "日本")  # 6 bytes
+    kv.set("t:1", "x")
+    stats = kv.prefix_stats(["s:", "t:", "u:"])
+    assert stats == {"s:": PrefixStats(2, 9), "t:": PrefixStats(1, 1), "u:": PrefixStats(0, 0)}
+    assert value_size("日本") == 6
+
+
+def test_other_stats_groups_unknown_keys_by_first_segment(kv: Provider) -> None:
+    fill(kv, ["s:1", "s:2", "x:1", "x:2:3", "y:", "plain", "other", "t:1", "ta:1"])
+    groups = kv.other_stats(["s:", "t:"])
+    assert set(groups) == {"x:", "y:", "", "ta:"}
+    assert groups["x:"].count == 2
+    assert groups[""].count == 2
+    assert groups["y:"] == PrefixStats(1, len("v:y:"))
+    assert kv.other_stats([]).keys() == {"s:", "x:", "y:", "", "t:", "ta:"}
+
+
+_key_chars = st.sampled_from([*"aAbB:_%*é日😀", "\U0010ffff"])
+_keys = st.text(_key_chars, min_size=1, max_size=6)
+_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("set"), _keys, st.text(max_size=5)),
+        st.tuples(st.just("delete"), _keys, st.just("")),
+    ),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(ops=_ops, prefixes=st.lists(st.text(_key_chars, max_size=3), min_size=1, max_size=5))
+def test_behaves_like_a_sorted_dict(
+    make: Factory, ops: list[tuple[str, str, str]], prefixes: list[str]
+) -> None:
+    kv = make()
+    kv.clear()
+    model: dict[str, str] = {}
+    for op, key, value in ops:
+        if op == "set":
+            kv.set(key, value)
+            model[key] = value
+        else:
+            kv.delete(key)
+            model.pop(key, None)
+    assert kv.list() == sorted(model)
+    assert list(kv.scan(batch_size=2)) == sorted(model.items())
+    for prefix in prefixes:
+        expected = sorted(k for k in model if k.startswith(prefix))
+        assert kv.list(prefix) == expected
+        assert [k for k, _ in kv.scan(prefix, batch_size=3)] == expected
+        assert kv.count(prefix) == len(expected)
+        size = sum(value_size(model[k]) for k in expected)
+        if prefix:
+            assert kv.prefix_stats([prefix])[prefix] == PrefixStats(len(expected), size)
+    kv.close()

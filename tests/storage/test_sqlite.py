@@ -1,0 +1,189 @@
+"""SQLite on the gateway's own file: open rules, schema, locking, exact prefixes."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from tests.helpers.gateway import GATEWAY_ROWS, KV_SQL, dump_tables, write_gateway_store
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    BusyError,
+    InvalidDataError,
+)
+from triggerfish_cli.storage.sqlite import SqliteStorage, _gaps
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_works_on_a_gateway_store_without_altering_kv(tmp_path: Path) -> None:
+    db = write_gateway_store(tmp_path / "triggerfish.db")
+    before_sql = (
+        sqlite3.connect(db).execute("SELECT sql FROM sqlite_master WHERE name = 'kv'").fetchone()[0]
+    )
+    store = SqliteStorage(db)
+    assert store.get("prefs:owner:bumpers_default") == "true"
+    store.set("k", "v")
+    store.delete("k")
+    assert store.list() == sorted(GATEWAY_ROWS)
+    store.close()
+    conn = sqlite3.connect(db)
+    assert (
+        conn.execute("SELECT sql FROM sqlite_master WHERE name = 'kv'").fetchone()[0] == before_sql
+    )
+    assert [r[1] for r in conn.execute("PRAGMA table_info(kv)")] == ["key", "value"]
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def test_sets_wal_and_a_busy_timeout(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "new.db", create=True, busy_timeout_ms=1234)
+    assert store.connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert store.connection.execute("PRAGMA busy_timeout").fetchone()[0] == 1234
+    sql = store.connection.execute("SELECT sql FROM sqlite_master WHERE name='kv'").fetchone()[0]
+    assert sql == KV_SQL.replace("IF NOT EXISTS ", "")
+
+
+def test_missing_file_is_an_error_and_creates_nothing(tmp_path: Path) -> None:
+    path = tmp_path / "nowhere" / "x.db"
+    with pytest.raises(BackendUnavailableError) as info:
+        SqliteStorage(path)
+    assert info.value.exit_code == 7
+    assert not path.exists() and not path.parent.exists()
+
+
+def test_not_a_sqlite_file_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "notes.txt"
+    path.write_text("hello, this is not a database\n" * 10)
+    before = digest(path)
+    with pytest.raises(InvalidDataError) as info:
+        SqliteStorage(path)
+    assert info.value.exit_code == 8
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+
+
+def test_other_sqlite_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "other.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+    conn.execute("INSERT INTO users (name) VALUES ('x')")
+    conn.commit()
+    conn.close()
+    before = digest(path)
+    with pytest.raises(InvalidDataError, match="without a kv table"):
+        SqliteStorage(path, create=True)
+    assert digest(path) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.db"]
+
+
+def test_kv_table_with_other_columns_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "odd.db"
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE kv (k TEXT, v TEXT)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(InvalidDataError, match="not a Triggerfish store"):
+        SqliteStorage(path)
+
+
+def test_empty_file_becomes_a_store(tmp_path: Path) -> None:
+    path = tmp_path / "empty.db"
+    path.touch()
+    store = SqliteStorage(path)
+    store.set("a", "b")
+    assert store.get("a") == "b"
+
+
+def test_a_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(BackendUnavailableError, match="directory"):
+        SqliteStorage(tmp_path)
+
+
+def test_locked_database_is_busy_not_a_crash(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    SqliteStorage(path, create=True).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    holder.execute("INSERT INTO kv VALUES ('held', 'x')")
+    store = SqliteStorage(path, busy_timeout_ms=50)
+    with pytest.raises(BusyError) as info:
+        store.set("a", "b")
+    assert info.value.exit_code == 6
+    with pytest.raises(BusyError):
+        store.delete_many(["held"])
+    assert store.get("held") is None  # WAL: readers are not blocked
+    holder.execute("COMMIT")
+    store.set("a", "b")
+    assert store.get("held") == "x"
+
+
+def test_transaction_rolls_back_on_interrupt(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "t.db", create=True)
+    store.set("keep", "1")
+    with pytest.raises(KeyboardInterrupt), store.transaction() as conn:
+        conn.execute("DELETE FROM kv")
+        raise KeyboardInterrupt
+    assert store.list() == ["keep"]
+    assert not store.connection.in_transaction
+
+
+def test_set_many_is_all_or_nothing(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "t.db", create=True)
+
+    def items():  # type: ignore[no-untyped-def]
+        yield ("a", "1")
+        yield ("b", None)  # NOT NULL violation half-way
+
+    with pytest.raises(Exception):  # noqa: B017 - any failure must roll back
+        store.set_many(items())
+    assert store.list() == []
+
+
+def test_clear_also_empties_the_memory_index(tmp_path: Path) -> None:
+    db = write_gateway_store(tmp_path / "g.db")
+    store = SqliteStorage(db)
+    store.clear()
+    tables = dump_tables(db)
+    assert tables["kv"] == [] and tables["memory_meta"] == []
+    count = sqlite3.connect(db).execute("SELECT count(*) FROM memory_fts").fetchone()[0]
+    assert count == 0
+
+
+def test_range_queries_fix_the_gateways_like_listing(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "t.db", create=True)
+    for key in ["a_b", "aXb", "AXB", "a%c", "abc"]:
+        store.set(key, "v")
+    gateway = [
+        r[0]
+        for r in store.connection.execute(
+            "SELECT key FROM kv WHERE key LIKE ? || '%' ORDER BY key", ("a_",)
+        )
+    ]
+    assert set(gateway) == {"a_b", "aXb", "AXB", "a%c", "abc"}  # wildcards, any case
+    assert store.list("a_") == ["a_b"]
+    plan = " ".join(
+        str(r)
+        for r in store.connection.execute(
+            "EXPLAIN QUERY PLAN SELECT key FROM kv WHERE key >= ? AND key < ?", ("a", "b")
+        )
+    )
+    assert "USING" in plan and "INDEX" in plan  # a range scan on the primary key
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "gaps"),
+    [
+        ([], [(None, None)]),
+        (["b:"], [(None, "b:"), ("b;", None)]),
+        (["b:", "a:"], [(None, "a:"), ("a;", "b:"), ("b;", None)]),
+        (["a:", "a:x:"], [(None, "a:"), ("a;", None)]),
+        (["a", "ab"], [(None, "a"), ("b", None)]),
+    ],
+)
+def test_gaps_between_prefix_ranges(prefixes: list[str], gaps: list[tuple[str, str]]) -> None:
+    assert _gaps(prefixes) == gaps

@@ -1,0 +1,132 @@
+"""The namespace registry and how a record's age is read."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from tests.helpers.gateway import GATEWAY_ROWS
+from triggerfish_cli import namespaces
+from triggerfish_cli.namespaces import NAMESPACES, for_key, record_time
+
+SPEC = [
+    "sessions:",
+    "taint:",
+    "lineage:",
+    "audit:",
+    "cron:",
+    "notifications:",
+    "exec:",
+    "skills:",
+    "config:",
+]
+UPSTREAM = [
+    "sessions:",
+    "main-session-id",
+    "memory:",
+    "conv:",
+    "conv-session:",
+    "lineage:",
+    "lineage-session:",
+    "lineage-hash:",
+    "lineage-fwd:",
+    "cron:",
+    "cron-history:",
+    "trigger:",
+    "notifications:",
+    "todos:",
+    "pairing:",
+    "team:",
+    "workflows:",
+    "workflow-runs:",
+    "prefs:",
+    "browser:",
+]
+
+
+def test_registry_covers_spec_and_upstream() -> None:
+    prefixes = {ns.prefix for ns in NAMESPACES}
+    assert set(SPEC) <= prefixes
+    assert set(UPSTREAM) <= prefixes
+
+
+def test_prefixes_are_disjoint_and_described() -> None:
+    for a in NAMESPACES:
+        assert a.description and a.origin in ("design", "gateway", "both")
+        for b in NAMESPACES:
+            if a is not b:
+                assert not b.prefix.startswith(a.prefix), (a.prefix, b.prefix)
+
+
+@pytest.mark.parametrize(
+    ("key", "prefix"),
+    [
+        ("memory:main-session:PUBLIC:trigger:instructions", "memory:"),
+        ("trigger:last:cron", "trigger:"),
+        ("pairing:linked:telegram:1", "pairing:"),
+        ("main-session-id", "main-session-id"),
+        ("conv-session:x", "conv-session:"),
+        ("conv:x:000000000001", "conv:"),
+        ("Sessions:x", None),
+        ("custom:x", None),
+        ("nocolon", None),
+    ],
+)
+def test_for_key(key: str, prefix: str | None) -> None:
+    found = for_key(key)
+    assert (found.prefix if found else None) == prefix
+
+
+def utc(*args: int) -> datetime:
+    return datetime(*args, tzinfo=timezone.utc)
+
+
+def test_ages_of_gateway_records() -> None:
+    ages = {k: record_time(for_key(k), k, v) for k, v in GATEWAY_ROWS.items() if for_key(k)}
+    assert ages[next(k for k in ages if k.startswith("sessions:"))] == utc(
+        2026, 3, 28, 14, 5, 40, 902000
+    )
+    assert ages[next(k for k in ages if k.startswith("lineage:"))] == utc(2026, 3, 28, 14, 5, 42)
+    assert ages[next(k for k in ages if k.startswith("cron-history:"))] == utc(
+        2026, 3, 28, 9, 0, 0, 90000
+    )
+    assert ages["main-session-id"] is None  # bare UUID
+    assert ages["browser:profile:main-session:watermark"] is None
+    assert ages["prefs:owner:bumpers_default"] is None
+    assert ages[next(k for k in ages if k.startswith("lineage-hash:"))] is None
+    assert ages["memory:main-session:PUBLIC:old-fact"] == utc(2026, 3, 29, 8)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        ("audit:2026-03-28T14:05:40.902Z:admin_kv_set", "{}", utc(2026, 3, 28, 14, 5, 40, 902000)),
+        (
+            "audit:2026-03-28T14:05:40.902Z:hook:with:colons",
+            "x",
+            utc(2026, 3, 28, 14, 5, 40, 902000),
+        ),
+        ("audit:not-a-time:x", "{}", None),
+        ("sessions:x", "{not json", None),
+        ("sessions:x", "a bare string", None),
+        ("sessions:x", '{"id":"x"}', None),
+        ("sessions:x", '{"createdAt":"garbage"}', None),
+        ("sessions:x", '{"createdAt":"2026-01-01T00:00:00+02:00"}', utc(2025, 12, 31, 22)),
+        ("sessions:x", "[1,2]", None),
+        ("cron-history:x", "[]", None),
+        ("cron-history:x", '{"executedAt":"2026-01-01T00:00:00Z"}', None),
+        ("main-session-id", '{"id":"x","createdAt":"2026-01-01T00:00:00.000Z"}', utc(2026, 1, 1)),
+        ("exec:r", '{"startedAt":"2026-01-01T00:00:00Z"}', utc(2026, 1, 1)),
+    ],
+)
+def test_record_time_edge_cases(key: str, value: str, expected: datetime | None) -> None:
+    ns = for_key(key)
+    assert ns is not None
+    assert record_time(ns, key, value) == expected
+
+
+def test_get_by_name_or_prefix() -> None:
+    assert namespaces.get("sessions") is namespaces.get("sessions:")
+    assert namespaces.get("main-session-id") is not None
+    assert namespaces.get("nope") is None

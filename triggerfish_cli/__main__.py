@@ -1,0 +1,6 @@
+"""`python -m triggerfish_cli`."""
+
+from triggerfish_cli.cli.app import main
+
+if __name__ == "__main__":
+    main()

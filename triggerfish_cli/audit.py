@@ -1,0 +1,83 @@
+"""Audit records of what the admin tool changed.
+
+Every mutation writes one record under the design's audit namespace,
+``audit:<ISO time>:admin_<action>``, so an operator can later see who
+changed what. The value is compact JSON::
+
+    {"timestamp":"2026-03-28T14:05:40.902Z","hook":"admin_kv_delete",
+     "action":"kv_delete","user":"alice","host":"gw1",
+     "tool":"triggerfish-admin 0.1.0","target":"sessions:","counts":{"deleted":12}}
+
+Records never hold secrets or memory content: only names, keys and counts.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from triggerfish_cli import __version__
+from triggerfish_cli.serialization import dumps, to_iso, utc_now
+from triggerfish_cli.storage.provider import StorageProvider
+
+PREFIX = "audit:"
+
+
+def os_user() -> str:
+    """The OS user running the tool (never fails)."""
+    import getpass
+
+    try:
+        return getpass.getuser()
+    except Exception:  # no passwd entry, e.g. in a container
+        return str(os.getuid()) if hasattr(os, "getuid") else "unknown"
+
+
+def _hostname() -> str:
+    import socket
+
+    return socket.gethostname()
+
+
+def audit_key(moment: datetime, action: str) -> str:
+    return f"{PREFIX}{to_iso(moment)}:admin_{action}"
+
+
+def record(
+    provider: StorageProvider,
+    action: str,
+    *,
+    target: str | None = None,
+    counts: Mapping[str, int] | None = None,
+    details: Mapping[str, Any] | None = None,
+    now: datetime | None = None,
+) -> str:
+    """Write one audit record and return its key.
+
+    ``action`` is a short snake_case name (``kv_delete``); the hook in the
+    key is ``admin_<action>``. Two records in the same millisecond get
+    distinct keys (the later one moves on by a millisecond).
+    """
+    moment = now or utc_now()
+    key = audit_key(moment, action)
+    while provider.get(key) is not None:
+        moment += timedelta(milliseconds=1)
+        key = audit_key(moment, action)
+    value: dict[str, Any] = {
+        "timestamp": to_iso(moment),
+        "hook": f"admin_{action}",
+        "action": action,
+        "user": os_user(),
+        "host": _hostname(),
+        "tool": f"triggerfish-admin {__version__}",
+    }
+    if target is not None:
+        value["target"] = target
+    if counts is not None:
+        value["counts"] = dict(counts)
+    if details:
+        value.update(details)
+    provider.set(key, dumps(value))
+    return key

@@ -1,0 +1,253 @@
+"""The root command: global options, the command groups, and the one error boundary."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from typer import _click as click  # typer 0.26+ bundles its own Click
+from typer.core import TyperGroup
+
+from triggerfish_cli import __version__
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.options import Format
+from triggerfish_cli.errors import TriggerfishError
+
+PROG = "triggerfish-admin"
+
+#: Command groups, imported only when used: a call runs one group, and
+#: building every group's commands at start-up would cost every scripted call.
+#: name -> (module holding `app`, one-line help for the listing).
+GROUPS: dict[str, tuple[str, str]] = {
+    "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
+    "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
+}
+
+
+class Interrupted(TriggerfishError):
+    exit_code = 130
+
+
+class BoundaryGroup(TyperGroup):
+    """Maps every error to one line on stderr and its documented exit code.
+
+    Usage errors (2), TriggerfishErrors (their own code), Ctrl-C (130),
+    anything else (1, with the traceback only under --debug). The same codes
+    come out of ``CliRunner`` and of the installed script.
+    """
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(GROUPS))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in GROUPS:
+            import importlib
+
+            module = importlib.import_module(GROUPS[cmd_name][0])
+            command = typer.main.get_command(module.app)
+            command.name = cmd_name
+            return command
+        return super().get_command(ctx, cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: Any) -> None:
+        """List the groups from their one-line help, without importing them."""
+        rows = []
+        for name in self.list_commands(ctx):
+            if name in GROUPS:
+                rows.append((name, GROUPS[name][1]))
+            else:
+                command = super().get_command(ctx, name)
+                if command is not None and not command.hidden:
+                    rows.append((name, command.get_short_help_str(limit=70)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted("interrupted") from None
+
+    def main(  # type: ignore[override]
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        argv = list(sys.argv[1:] if args is None else args)
+        debug = "--debug" in argv or os.environ.get("TRIGGERFISH_DEBUG", "") not in ("", "0")
+        code = 0
+        try:
+            result = super().main(
+                args=argv,
+                prog_name=prog_name or PROG,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+            code = result if isinstance(result, int) else 0
+        except click.exceptions.ClickException as exc:
+            where = exc.ctx.command_path if getattr(exc, "ctx", None) else PROG  # type: ignore[attr-defined]
+            code = _fail(f"{where}: {exc.format_message()} (see --help)", exc.exit_code)
+        except typer.Abort:
+            code = _fail("aborted", 130)
+        except TriggerfishError as exc:
+            if debug:
+                _traceback()
+            code = _fail(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            code = _fail("interrupted", 130)
+        except BrokenPipeError:  # `... | head`: stop quietly
+            _silence_stdout()
+            code = 1
+        except Exception as exc:
+            if debug:
+                _traceback()
+            code = _fail(
+                f"unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for details)",
+                1,
+            )
+        if not standalone_mode:
+            return code
+        _flush()
+        sys.exit(code)
+
+
+def _traceback() -> None:
+    import traceback
+
+    traceback.print_exc()
+
+
+def _fail(message: str, code: int) -> int:
+    from triggerfish_cli.cli.output import Output
+
+    Output().error(" ".join(message.split()) if "\n" in message else message)
+    return code
+
+
+def _flush() -> None:
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _silence_stdout()
+
+
+def _silence_stdout() -> None:
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):
+        os.dup2(devnull, sys.stdout.fileno())
+
+
+app = typer.Typer(
+    name=PROG,
+    cls=BoundaryGroup,
+    help="The operator's command line for the storage of Triggerfish.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"{PROG} {__version__}\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    db: Annotated[
+        Path | None,
+        typer.Option(
+            "--db",
+            envvar="TRIGGERFISH_DB",
+            show_default=False,
+            help="SQLite store to work on [env: TRIGGERFISH_DB] "
+            "(default: $TRIGGERFISH_DATA_DIR/data/triggerfish.db, "
+            "else ~/.triggerfish/data/triggerfish.db).",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option(
+            "--config",
+            envvar="TRIGGERFISH_CONFIG",
+            show_default=False,
+            help="triggerfish.yaml to read [env: TRIGGERFISH_CONFIG] "
+            "(default: <base>/triggerfish.yaml).",
+        ),
+    ] = None,
+    backend: Annotated[
+        str | None,
+        typer.Option(
+            "--backend",
+            envvar="TRIGGERFISH_BACKEND",
+            show_default=False,
+            help="Storage backend, overriding the storage: section "
+            "[env: TRIGGERFISH_BACKEND]: sqlite or memory.",
+        ),
+    ] = None,
+    fmt: Annotated[
+        Format,
+        typer.Option(
+            "--format",
+            "-f",
+            envvar="TRIGGERFISH_FORMAT",
+            help="Output format for every command [env: TRIGGERFISH_FORMAT].",
+        ),
+    ] = Format.table,
+    quiet: Annotated[
+        bool,
+        typer.Option(
+            "--quiet",
+            "-q",
+            envvar="TRIGGERFISH_QUIET",
+            help="Print nothing on success [env: TRIGGERFISH_QUIET].",
+        ),
+    ] = False,
+    no_color: Annotated[
+        bool,
+        typer.Option("--no-color", help="No colour in output (also when NO_COLOR is set)."),
+    ] = False,
+    debug: Annotated[
+        bool,
+        typer.Option(
+            "--debug",
+            envvar="TRIGGERFISH_DEBUG",
+            help="Show tracebacks of errors [env: TRIGGERFISH_DEBUG].",
+        ),
+    ] = False,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """The operator's command line for the storage of Triggerfish.
+
+    Works on the gateway's live store (SQLite by default) while the gateway
+    runs. Exit codes: 0 ok, 1 unexpected, 2 usage, 3 not found, 4 refused,
+    5 verification failed, 6 busy/locked, 7 backend unavailable,
+    8 invalid data or config, 130 interrupted.
+    """
+    st = state(ctx)
+    st.db, st.config, st.backend = db, config, backend
+    st.fmt, st.quiet, st.debug = fmt.value, quiet, debug
+    st.color = not no_color
+
+
+def main() -> None:
+    app()

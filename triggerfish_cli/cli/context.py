@@ -1,0 +1,75 @@
+"""Per-invocation state shared by every command: global options, settings, the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+
+from triggerfish_cli.paths import default_config_path
+from triggerfish_cli.settings import Settings, StorageConfig, load_settings
+
+if TYPE_CHECKING:
+    from triggerfish_cli.cli.output import Output
+    from triggerfish_cli.storage.provider import StorageProvider
+
+
+@dataclass
+class AppState:
+    db: Path | None = None
+    config: Path | None = None
+    backend: str | None = None
+    fmt: str = "table"
+    quiet: bool = False
+    color: bool = True
+    debug: bool = False
+    _settings: Settings | None = None
+    _providers: list[Any] = field(default_factory=list)
+
+    @property
+    def config_path(self) -> Path:
+        return self.config if self.config is not None else default_config_path()
+
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(self.config_path, explicit=self.config is not None)
+        return self._settings
+
+    def storage_config(self) -> StorageConfig:
+        from triggerfish_cli.storage.factory import resolve_storage
+
+        return resolve_storage(self.settings(), db=self.db, backend=self.backend)
+
+    def provider(self, *, create: bool = False) -> StorageProvider:
+        """Open the store once per invocation; it is closed when the command ends."""
+        if self._providers:
+            return self._providers[0]  # type: ignore[no-any-return]
+        from triggerfish_cli.storage.factory import open_provider
+
+        provider = open_provider(self.storage_config(), create=create)
+        self._providers.append(provider)
+        return provider
+
+    def close(self) -> None:
+        while self._providers:
+            self._providers.pop().close()
+
+    def output(self, fmt: str | None = None, quiet: bool | None = None) -> Output:
+        from triggerfish_cli.cli.output import Output
+
+        return Output(
+            fmt or self.fmt,
+            quiet=self.quiet if quiet is None else quiet,
+            color=self.color,
+        )
+
+
+def state(ctx: typer.Context) -> AppState:
+    """The AppState of this invocation (a default one when a sub-app runs alone)."""
+    root = ctx.find_root()
+    if not isinstance(root.obj, AppState):
+        root.obj = AppState()
+        root.call_on_close(root.obj.close)
+    return root.obj

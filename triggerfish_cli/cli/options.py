@@ -1,0 +1,62 @@
+"""Options shared by many commands, defined once."""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated
+
+import typer
+
+
+class Format(str, enum.Enum):
+    table = "table"
+    json = "json"
+    jsonl = "jsonl"
+    csv = "csv"
+
+
+FormatOpt = Annotated[
+    Format | None,
+    typer.Option(
+        "--format",
+        "-f",
+        help="Output format: table, json, jsonl or csv (default: the global --format).",
+        show_default=False,
+    ),
+]
+QuietOpt = Annotated[
+    bool,
+    typer.Option("--quiet", "-q", help="Print nothing on success (errors still go to stderr)."),
+]
+YesOpt = Annotated[
+    bool,
+    typer.Option("--yes", "-y", help="Do it without asking (needed when stdin is not a TTY)."),
+]
+DryRunOpt = Annotated[
+    bool,
+    typer.Option("--dry-run", "-n", help="Show what would happen; change nothing."),
+]
+
+
+def fmt_value(fmt: Format | None) -> str | None:
+    return fmt.value if fmt is not None else None
+
+
+def sub_app(name: str, help_text: str) -> typer.Typer:
+    """A command group with the settings every group shares."""
+    app = typer.Typer(
+        name=name,
+        help=help_text,
+        no_args_is_help=True,
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
+        add_completion=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+
+    @app.callback()
+    def _group() -> None:
+        # A callback keeps a one-command group a group (`demo create`, not `demo`).
+        pass
+
+    return app

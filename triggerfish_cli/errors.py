@@ -1,0 +1,80 @@
+"""Errors of the core, each carrying the exit code the CLI maps it to.
+
+The core never prints and never exits: it raises one of these. The CLI's one
+error boundary (``cli/app.py``) turns them into a one-line message on stderr
+and the exit code below. The table is documented in the README and the man
+page and pinned by tests.
+"""
+
+from __future__ import annotations
+
+EXIT_CODES: dict[int, str] = {
+    0: "success",
+    1: "unexpected error",
+    2: "usage error (bad option or argument)",
+    3: "not found (key, memory, version, backup)",
+    4: "refused by policy (taint, secrets guard, safety guard, missing --yes)",
+    5: "verification failed (backup checksum, integrity check)",
+    6: "busy or locked (another sweep running, database locked)",
+    7: "backend unavailable (cannot connect or open)",
+    8: "invalid data or config (malformed JSON, YAML, manifest)",
+    130: "interrupted",
+}
+
+
+class TriggerfishError(Exception):
+    """Base of every error the core raises on purpose."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} ({self.hint})"
+        return self.message
+
+
+class UsageError(TriggerfishError):
+    """A bad option or argument the parser could not catch."""
+
+    exit_code = 2
+
+
+class NotFoundError(TriggerfishError):
+    """A key, memory, version or backup that does not exist."""
+
+    exit_code = 3
+
+
+class RefusedError(TriggerfishError):
+    """Refused by policy: taint, secrets guard, safety guard, missing --yes."""
+
+    exit_code = 4
+
+
+class VerificationError(TriggerfishError):
+    """A checksum or integrity check failed."""
+
+    exit_code = 5
+
+
+class BusyError(TriggerfishError):
+    """Another process holds a lock we need (sweep lock, database lock)."""
+
+    exit_code = 6
+
+
+class BackendUnavailableError(TriggerfishError):
+    """The store cannot be opened or reached."""
+
+    exit_code = 7
+
+
+class InvalidDataError(TriggerfishError):
+    """Malformed data or configuration: JSON, YAML, a manifest, a policy."""
+
+    exit_code = 8

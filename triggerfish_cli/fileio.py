@@ -1,0 +1,70 @@
+"""Files written so that a crash never leaves a half-written one under the final name."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from triggerfish_cli.errors import TriggerfishError
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def atomic_writer(
+    path: Path,
+    *,
+    mode: int | None = None,
+    binary: bool = False,
+    keep_mode: bool = True,
+) -> Iterator[IO[Any]]:
+    """Write to a temp file beside ``path``; fsync and rename it into place on success.
+
+    On any error (or Ctrl-C) the temp file is removed and ``path`` is left
+    exactly as it was. ``mode`` sets the new file's permissions; otherwise
+    an existing file's mode is kept (``keep_mode``), else 0644 minus umask.
+    """
+    path = Path(path)
+    directory = path.parent if str(path.parent) else Path(".")
+    if mode is None and keep_mode and path.exists():
+        mode = path.stat().st_mode & 0o7777
+    try:
+        fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    except OSError as exc:
+        raise TriggerfishError(f"{path}: cannot write: {exc.strerror}") from exc
+    temp = Path(temp_name)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            os.fchmod(fd, 0o666 & ~umask)
+        with os.fdopen(fd, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        if isinstance(exc, OSError):
+            raise TriggerfishError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+        raise
+    fsync_dir(directory)

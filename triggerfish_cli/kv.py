@@ -1,0 +1,286 @@
+"""Raw key-value work: the namespace report, guarded writes and deletes, export/import.
+
+Everything here takes a :class:`StorageProvider` and returns plain data; the
+``kv`` commands only parse options and print what these functions return.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import IO, Any
+
+from triggerfish_cli import audit, namespaces
+from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
+from triggerfish_cli.serialization import dumps, fast_loads, to_iso
+from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
+
+# -- kv namespaces ------------------------------------------------------------
+
+
+@dataclass
+class NamespaceRow:
+    namespace: str
+    known: bool
+    description: str
+    keys: int
+    bytes: int
+    oldest: datetime | None = None
+    newest: datetime | None = None
+    unknown_age: int | None = None
+
+    def as_dict(self, ages: bool) -> dict[str, Any]:
+        row: dict[str, Any] = {
+            "namespace": self.namespace,
+            "known": self.known,
+            "description": self.description,
+            "keys": self.keys,
+            "bytes": self.bytes,
+        }
+        if ages:
+            row["oldest"] = to_iso(self.oldest) if self.oldest else None
+            row["newest"] = to_iso(self.newest) if self.newest else None
+            row["unknown_age"] = self.unknown_age
+        return row
+
+
+def namespace_report(provider: StorageProvider, *, ages: bool = False) -> list[NamespaceRow]:
+    """Every namespace present, with key count and value bytes, sorted by prefix.
+
+    Keys of no known namespace are grouped by their first segment (``x:``);
+    keys without any ``:`` form the group ``""``. With ``ages`` every value
+    is read to find the oldest and newest record time and the records of
+    unknown age.
+    """
+    known = provider.prefix_stats(namespaces.PREFIXES)
+    rows: list[NamespaceRow] = []
+    for prefix, stats in known.items():
+        if stats.count:
+            ns = namespaces.get(prefix)
+            assert ns is not None
+            rows.append(NamespaceRow(prefix, True, ns.description, stats.count, stats.bytes))
+    for group, stats in provider.other_stats(namespaces.PREFIXES).items():
+        label = "keys without a ':' namespace" if group == "" else "unknown namespace"
+        rows.append(NamespaceRow(group, False, label, stats.count, stats.bytes))
+    rows.sort(key=lambda row: row.namespace)
+    if ages:
+        for row in rows:
+            _fill_ages(provider, row)
+    return rows
+
+
+def _fill_ages(provider: StorageProvider, row: NamespaceRow) -> None:
+    ns = namespaces.get(row.namespace) if row.known else None
+    if ns is None or not ns.has_age:
+        row.unknown_age = row.keys
+        return
+    loads = fast_loads()
+    oldest = newest = None
+    unknown = 0
+    for key, value in provider.scan(ns.prefix, batch_size=5000):
+        moment = namespaces.record_time(ns, key, value, loads)
+        if moment is None:
+            unknown += 1
+            continue
+        if oldest is None or moment < oldest:
+            oldest = moment
+        if newest is None or moment > newest:
+            newest = moment
+    row.oldest, row.newest, row.unknown_age = oldest, newest, unknown
+
+
+def totals(rows: Iterable[NamespaceRow]) -> PrefixStats:
+    total = PrefixStats()
+    for row in rows:
+        total += PrefixStats(row.keys, row.bytes)
+    return total
+
+
+# -- single keys ----------------------------------------------------------------
+
+
+def get_value(provider: StorageProvider, key: str) -> str:
+    value = provider.get(key)
+    if value is None:
+        raise NotFoundError(f"key not found: {key}")
+    return value
+
+
+def check_json(value: str, origin: str) -> None:
+    """Refuse text that is not JSON (values are JSON unless written with --raw)."""
+    try:
+        json.loads(value)
+    except ValueError as exc:
+        raise InvalidDataError(
+            f"{origin} is not valid JSON ({exc})", hint="pass --raw to store a bare string"
+        ) from None
+
+
+def set_value(provider: StorageProvider, key: str, value: str, *, raw: bool) -> dict[str, Any]:
+    if not key:
+        raise InvalidDataError("the key is empty")
+    if not raw:
+        check_json(value, "the value")
+    previous = provider.get(key)
+    provider.set(key, value)
+    audit.record(
+        provider,
+        "kv_set",
+        target=key,
+        counts={"set": 1},
+        details={"bytes": value_size(value), "replaced": previous is not None},
+    )
+    return {"key": key, "bytes": value_size(value), "replaced": previous is not None}
+
+
+def delete_key(provider: StorageProvider, key: str, *, dry_run: bool) -> dict[str, Any]:
+    value = provider.get(key)
+    if value is None:
+        raise NotFoundError(f"key not found: {key}")
+    result = {
+        "key": key,
+        "bytes": value_size(value),
+        "deleted": 0 if dry_run else 1,
+        "dry_run": dry_run,
+    }
+    if not dry_run:
+        deleted = provider.delete_if_unchanged([(key, value)])
+        if deleted == 0:
+            # Rewritten between our read and the delete: whoever wrote it wins.
+            raise RefusedError(f"{key} changed while deleting it; nothing deleted", hint="retry")
+        audit.record(provider, "kv_delete", target=key, counts={"deleted": 1})
+    return result
+
+
+# -- prefixes ------------------------------------------------------------------
+
+
+@dataclass
+class PrefixPlan:
+    prefix: str
+    keys: list[str] = field(default_factory=list)
+
+    @property
+    def count(self) -> int:
+        return len(self.keys)
+
+    def sample(self, size: int = 5) -> list[str]:
+        return self.keys[:size]
+
+
+def plan_prefix_delete(provider: StorageProvider, prefix: str) -> PrefixPlan:
+    """The exact keys a prefix delete would remove (and only those are deleted)."""
+    if not prefix:
+        raise RefusedError(
+            "refusing to delete with an empty prefix",
+            hint="use `kv clear` to delete everything",
+        )
+    return PrefixPlan(prefix, list(provider.scan_keys(prefix)))
+
+
+def delete_prefix(
+    provider: StorageProvider,
+    plan: PrefixPlan,
+    *,
+    on_batch: Any = None,
+) -> int:
+    deleted = 0
+    try:
+        deleted = provider.delete_many(plan.keys, on_batch=on_batch)
+    finally:
+        if deleted:
+            audit.record(
+                provider,
+                "kv_delete_prefix",
+                target=plan.prefix,
+                counts={"planned": plan.count, "deleted": deleted},
+            )
+    return deleted
+
+
+def clear_store(provider: StorageProvider) -> int:
+    count = provider.count()
+    provider.clear()
+    audit.record(provider, "kv_clear", target=provider.describe(), counts={"deleted": count})
+    return count
+
+
+# -- export / import -----------------------------------------------------------
+
+
+def export_lines(provider: StorageProvider, prefix: str | None = None) -> Iterator[str]:
+    """JSON Lines, one ``{"key": ..., "value": ...}`` per key, value exactly as stored."""
+    for key, value in provider.scan(prefix, batch_size=2000):
+        yield dumps({"key": key, "value": value}) + "\n"
+
+
+@dataclass
+class ImportResult:
+    lines: int = 0
+    new: int = 0
+    replaced: int = 0
+    unchanged: int = 0
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lines": self.lines,
+            "new": self.new,
+            "replaced": self.replaced,
+            "unchanged": self.unchanged,
+            "written": 0 if self.dry_run else self.new + self.replaced,
+            "dry_run": self.dry_run,
+        }
+
+
+def parse_import(stream: IO[str], origin: str) -> dict[str, str]:
+    """Read and check every line first: a bad line imports nothing and is named."""
+    items: dict[str, str] = {}
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            document = json.loads(line)
+        except ValueError as exc:
+            raise InvalidDataError(f"{origin}: line {number}: not valid JSON ({exc})") from None
+        if (
+            not isinstance(document, dict)
+            or not isinstance(document.get("key"), str)
+            or not isinstance(document.get("value"), str)
+            or not document["key"]
+        ):
+            raise InvalidDataError(
+                f"{origin}: line {number}: expected an object with a string "
+                '"key" and a string "value"'
+            )
+        items[document["key"]] = document["value"]
+    return items
+
+
+def import_items(
+    provider: StorageProvider, items: dict[str, str], *, dry_run: bool, origin: str
+) -> ImportResult:
+    result = ImportResult(lines=len(items), dry_run=dry_run)
+    existing = provider.get_many(items)
+    changed: list[tuple[str, str]] = []
+    for key, value in items.items():
+        old = existing.get(key)
+        if old is None:
+            result.new += 1
+        elif old == value:
+            result.unchanged += 1
+            continue
+        else:
+            result.replaced += 1
+        changed.append((key, value))
+    if not dry_run and changed:
+        provider.set_many(changed)
+        audit.record(
+            provider,
+            "kv_import",
+            target=origin,
+            counts={"new": result.new, "replaced": result.replaced, "unchanged": result.unchanged},
+        )
+    return result

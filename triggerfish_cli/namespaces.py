@@ -1,0 +1,241 @@
+"""The namespace registry: every key family Triggerfish writes, in one table.
+
+Each namespace has its key prefix, a one-line description, where it comes
+from (the design documents, the real gateway, or both) and how to read the
+age of one of its records:
+
+- ``time_fields``: dotted JSON paths tried in order; the first that holds an
+  ISO time is the record's time (``origin.accessed_at`` for lineage).
+- ``time_in_key``: the time is the key's second segment (``audit:<ISO>:<hook>``).
+- ``array_field``: the value is a JSON array of entries each carrying this
+  time field (``cron-history:``); the record's time is its newest entry.
+- none of these: the record has no age (bare strings, counters, index keys
+  that follow another record).
+
+A record whose value is not what its namespace expects (malformed JSON, a
+bare string where an object was expected, no time field) has no age: it is
+"age unknown", which retention never deletes.
+
+Prefixes are disjoint: no prefix starts with another, so every key belongs
+to at most one namespace.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from triggerfish_cli.serialization import parse_iso
+
+_KEY_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?")
+
+
+@dataclass(frozen=True)
+class Namespace:
+    prefix: str
+    description: str
+    #: "design" (SPEC.md), "gateway" (UPSTREAM.md) or "both".
+    origin: str
+    time_fields: tuple[str, ...] = ()
+    time_in_key: bool = False
+    array_field: str | None = None
+    #: Another namespace whose records this one's keys follow (index keys).
+    follows: str | None = None
+    #: Which time the age reads, for people: "createdAt", "key", ...
+    age_note: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.prefix.rstrip(":")
+
+    @property
+    def has_age(self) -> bool:
+        return bool(self.time_fields or self.time_in_key or self.array_field)
+
+
+def _ns(
+    prefix: str,
+    description: str,
+    origin: str,
+    *time_fields: str,
+    time_in_key: bool = False,
+    array_field: str | None = None,
+    follows: str | None = None,
+) -> Namespace:
+    note = (
+        "time in key"
+        if time_in_key
+        else f"newest {array_field}"
+        if array_field
+        else " or ".join(time_fields)
+        if time_fields
+        else f"none (follows {follows})"
+        if follows
+        else "none"
+    )
+    return Namespace(
+        prefix, description, origin, tuple(time_fields), time_in_key, array_field, follows, note
+    )
+
+
+#: The registry. Order is display order.
+NAMESPACES: tuple[Namespace, ...] = (
+    _ns("sessions:", "session state (taint, history, channel)", "both", "createdAt"),
+    _ns("main-session-id", "id of the owner's main session (one key)", "gateway", "createdAt"),
+    _ns(
+        "taint:",
+        "session taint level (design; the gateway keeps it in sessions:)",
+        "design",
+        follows="sessions:",
+    ),
+    _ns(
+        "memory:",
+        "agent persistent memory, memory:<agent>:<LEVEL>:<key>",
+        "gateway",
+        "updatedAt",
+        "createdAt",
+    ),
+    _ns("conv:", "conversation messages, conv:<session>:<seq>", "gateway", "timestamp"),
+    _ns(
+        "conv-session:", "last conversation sequence number per session", "gateway", follows="conv:"
+    ),
+    _ns("lineage:", "data-lineage records", "both", "origin.accessed_at"),
+    _ns("lineage-session:", "lineage index: session -> lineage id", "gateway", follows="lineage:"),
+    _ns(
+        "lineage-hash:",
+        "lineage index: content hash -> latest lineage id",
+        "gateway",
+        follows="lineage:",
+    ),
+    _ns("lineage-fwd:", "lineage index: parent -> child", "gateway", follows="lineage:"),
+    _ns("audit:", "audit log entries, audit:<ISO time>:<hook>", "design", time_in_key=True),
+    _ns("cron:", "cron job definitions and state", "both", "createdAt"),
+    _ns(
+        "cron-history:",
+        "cron run history, up to 100 runs per job",
+        "gateway",
+        array_field="executedAt",
+    ),
+    _ns("trigger:", "last trigger firing per source, trigger:last:<source>", "gateway", "firedAt"),
+    _ns(
+        "notifications:",
+        "undelivered notifications, notifications:<user>:<id>",
+        "both",
+        "createdAt",
+    ),
+    _ns(
+        "exec:",
+        "execution-environment run history",
+        "design",
+        "createdAt",
+        "startedAt",
+        "timestamp",
+    ),
+    _ns("skills:", "installed skill metadata", "design", "installedAt", "createdAt"),
+    _ns("config:", "config snapshots, config:v<N>", "design", "createdAt"),
+    _ns("todos:", "agent todo lists, todos:<agent>", "gateway"),
+    _ns(
+        "pairing:", "channel pairing codes and linked accounts", "gateway", "linkedAt", "expiresAt"
+    ),
+    _ns("team:", "agent team state", "gateway", "createdAt"),
+    _ns("workflows:", "saved workflow definitions", "gateway", "savedAt"),
+    _ns("workflow-runs:", "workflow run records", "gateway", "completedAt"),
+    _ns("prefs:", "owner preferences, prefs:owner:<name>", "gateway"),
+    _ns("browser:", "browser profile watermarks (bare strings)", "gateway"),
+)
+
+_BY_PREFIX = {ns.prefix: ns for ns in NAMESPACES}
+PREFIXES: tuple[str, ...] = tuple(ns.prefix for ns in NAMESPACES)
+_WITHOUT_COLON = tuple(ns for ns in NAMESPACES if not ns.prefix.endswith(":"))
+
+
+def get(prefix_or_name: str) -> Namespace | None:
+    """A namespace by prefix (``sessions:``) or name (``sessions``)."""
+    found = _BY_PREFIX.get(prefix_or_name)
+    if found is None and not prefix_or_name.endswith(":"):
+        found = _BY_PREFIX.get(prefix_or_name + ":")
+    return found
+
+
+def for_key(key: str) -> Namespace | None:
+    """The namespace a key belongs to, or ``None`` for an unknown key."""
+    colon = key.find(":")
+    if colon >= 0:
+        found = _BY_PREFIX.get(key[: colon + 1])
+        if found is not None:
+            return found
+    for namespace in _WITHOUT_COLON:
+        if key.startswith(namespace.prefix):
+            return namespace
+    return None
+
+
+def _dig(document: Any, path: str) -> Any:
+    for part in path.split("."):
+        if not isinstance(document, dict):
+            return None
+        document = document.get(part)
+    return document
+
+
+def record_time(
+    namespace: Namespace,
+    key: str,
+    value: str,
+    loads: Callable[[str], Any] | None = None,
+) -> datetime | None:
+    """The time of one record as its namespace defines it; ``None`` when unknown."""
+    if namespace.time_in_key:
+        # ISO times hold ':' themselves, and so may the hook after them.
+        match = _KEY_TIME.match(key, len(namespace.prefix))
+        return parse_iso(match.group(0)) if match else None
+    if not namespace.time_fields and not namespace.array_field:
+        return None
+    if not value or value[0] not in "{[":
+        return None  # a bare string where JSON was expected
+    try:
+        document = (loads or _json_loads)(value)
+    except ValueError:
+        return None
+    if namespace.array_field:
+        if not isinstance(document, list):
+            return None
+        times = [
+            parse_iso(entry.get(namespace.array_field))
+            for entry in document
+            if isinstance(entry, dict)
+        ]
+        known = [moment for moment in times if moment is not None]
+        return max(known) if known else None
+    for path in namespace.time_fields:
+        moment = parse_iso(_dig(document, path))
+        if moment is not None:
+            return moment
+    return None
+
+
+def _json_loads(text: str) -> Any:
+    from triggerfish_cli.serialization import loads
+
+    return loads(text)
+
+
+def group_of(key: str) -> str:
+    """The display group of a key: its namespace prefix, else its first segment."""
+    namespace = for_key(key)
+    if namespace is not None:
+        return namespace.prefix
+    colon = key.find(":")
+    return key[: colon + 1] if colon >= 0 else ""
+
+
+def resolve_prefixes(names: Iterable[str]) -> list[str]:
+    """Turn namespace names or prefixes into prefixes; unknown names stay literal."""
+    out = []
+    for name in names:
+        namespace = get(name)
+        out.append(namespace.prefix if namespace else name)
+    return out

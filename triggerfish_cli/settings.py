@@ -1,0 +1,186 @@
+"""``triggerfish.yaml``: the gateway's config file, and the sections that are ours.
+
+The gateway's YAML has no ``storage:`` or ``retention:`` section today; we
+define them. Sections we do not own are left alone and never validated
+here. Our sections are checked strictly: an unknown setting or a bad value
+is an :class:`InvalidDataError` (exit 8), never silently a default.
+
+``storage:``::
+
+    storage:
+      backend: sqlite          # sqlite (default) | memory
+      path: data/triggerfish.db   # sqlite: relative to this file's directory
+      busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
+
+The YAML is parsed lazily: a command that only needs to know the backend
+does not import the YAML parser when the file has no ``storage`` section.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli.errors import InvalidDataError, NotFoundError
+
+#: Settings each backend accepts under ``storage:`` (besides ``backend``).
+#: Backends register their own validators here (see :func:`register_backend`).
+_BACKEND_OPTIONS: dict[str, Callable[[Mapping[str, Any], Path], dict[str, Any]]] = {}
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """Which backend, and how to reach it. Never holds a secret."""
+
+    backend: str
+    #: SQLite file (sqlite backend only).
+    path: Path | None = None
+    #: Backend-specific settings (busy_timeout_ms, dsn, bucket, ...).
+    options: Mapping[str, Any] = field(default_factory=dict)
+    #: Where the choice came from: default, config, --db, --backend.
+    source: str = "default"
+    #: Create the store when it is missing (only the built-in default location).
+    create_if_missing: bool = False
+
+
+@dataclass
+class Settings:
+    """A loaded ``triggerfish.yaml`` (or its absence)."""
+
+    path: Path
+    text: str | None = None
+    _data: dict[str, Any] | None = None
+
+    @property
+    def exists(self) -> bool:
+        return self.text is not None
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The whole document as a mapping (empty when there is no file)."""
+        if self._data is None:
+            self._data = parse_yaml_mapping(self.text or "", str(self.path))
+        return self._data
+
+    def section(self, name: str) -> Any:
+        return self.data.get(name)
+
+    def storage_section(self) -> Mapping[str, Any] | None:
+        # Fast path: no "storage" anywhere in the text means no section, and
+        # the YAML parser (~50 ms to import) is not needed.
+        if not self.text or "storage" not in self.text:
+            return None
+        section = self.section("storage")
+        if section is None:
+            return None
+        if not isinstance(section, Mapping):
+            raise InvalidDataError(f"{self.path}: storage: must be a mapping")
+        return section
+
+
+def load_settings(path: Path, *, explicit: bool) -> Settings:
+    """Read ``path``; a missing file is no settings, unless it was asked for by name."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if explicit:
+            raise NotFoundError(f"{path}: config file not found") from None
+        return Settings(path)
+    except IsADirectoryError:
+        raise InvalidDataError(f"{path}: is a directory, not a config file") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidDataError(f"{path}: not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise InvalidDataError(f"{path}: cannot read: {exc.strerror}") from None
+    return Settings(path, text)
+
+
+def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
+    """Parse YAML whose top level must be a mapping; errors name line and column."""
+    import yaml
+
+    try:
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        document = yaml.load(text, Loader=loader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        raise InvalidDataError(f"{origin}: invalid YAML: {where}{exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidDataError(f"{origin}: invalid YAML: {exc}") from None
+    if document is None:
+        return {}
+    if not isinstance(document, dict):
+        raise InvalidDataError(f"{origin}: the top level must be a mapping of sections")
+    return document
+
+
+# -- the storage: section ---------------------------------------------------
+
+
+def register_backend(
+    name: str, options: Callable[[Mapping[str, Any], Path], dict[str, Any]]
+) -> None:
+    """Declare a backend and the validator of its ``storage:`` settings."""
+    _BACKEND_OPTIONS[name] = options
+
+
+def known_backends() -> tuple[str, ...]:
+    return tuple(_BACKEND_OPTIONS)
+
+
+def check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
+    unknown = sorted(str(key) for key in section if key not in allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed)) or "none"
+        raise InvalidDataError(f"{where}.{unknown[0]}: unknown setting (known: {known})")
+
+
+def positive_int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidDataError(f"{where}: must be a positive whole number, not {value!r}")
+    return value
+
+
+def _sqlite_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    check_keys(section, {"backend", "path", "busy_timeout_ms"}, "storage")
+    options: dict[str, Any] = {}
+    if "path" in section:
+        raw = section["path"]
+        if not isinstance(raw, str) or not raw.strip():
+            raise InvalidDataError(f"storage.path: must be a file path, not {raw!r}")
+        path = Path(raw).expanduser()
+        options["path"] = path if path.is_absolute() else base / path
+    if "busy_timeout_ms" in section:
+        options["busy_timeout_ms"] = positive_int(
+            section["busy_timeout_ms"], "storage.busy_timeout_ms"
+        )
+    return options
+
+
+def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    check_keys(section, {"backend"}, "storage")
+    return {}
+
+
+register_backend("sqlite", _sqlite_options)
+register_backend("memory", _memory_options)
+
+
+def parse_storage_section(
+    section: Mapping[str, Any], config_path: Path
+) -> tuple[str, dict[str, Any]]:
+    """Validate a ``storage:`` mapping: ``(backend, options)``."""
+    backend = section.get("backend", "sqlite")
+    if backend not in _BACKEND_OPTIONS:
+        raise InvalidDataError(
+            f"{config_path}: storage.backend: unknown backend {backend!r} "
+            f"(known: {', '.join(known_backends())})"
+        )
+    try:
+        options = _BACKEND_OPTIONS[backend](section, config_path.parent)
+    except InvalidDataError as exc:
+        raise InvalidDataError(f"{config_path}: {exc.message}", hint=exc.hint) from None
+    return str(backend), options

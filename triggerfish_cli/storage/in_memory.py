@@ -1,0 +1,49 @@
+"""The in-memory backend: a dict, for tests and ephemeral use.
+
+It relies on the generic fallbacks of :class:`BaseStorage` for everything
+but the five operations, which makes it the reference the contract suite
+checks those fallbacks against.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from triggerfish_cli.storage.provider import BaseStorage
+
+
+class MemoryStorage(BaseStorage):
+    backend = "memory"
+
+    def __init__(self, initial: dict[str, str] | None = None) -> None:
+        self._data: dict[str, str] = dict(initial or {})
+
+    def describe(self) -> str:
+        return "memory:"
+
+    def get(self, key: str) -> str | None:
+        return self._data.get(key)
+
+    def set(self, key: str, value: str) -> None:
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError("keys and values are strings")
+        self._data[key] = value
+
+    def delete(self, key: str) -> None:
+        self._data.pop(key, None)
+
+    def list(self, prefix: str | None = None) -> list[str]:
+        if prefix:
+            return sorted(key for key in self._data if key.startswith(prefix))
+        return sorted(self._data)
+
+    def clear(self) -> None:
+        self._data.clear()
+
+    def set_many(self, items: Iterable[tuple[str, str]]) -> int:
+        staged = list(items)  # all or nothing: a bad item writes none
+        for key, value in staged:
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise TypeError("keys and values are strings")
+        self._data.update(staged)
+        return len(staged)

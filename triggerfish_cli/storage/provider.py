@@ -1,0 +1,329 @@
+"""The StorageProvider protocol, and generic fallbacks built on its five seed operations.
+
+The seed defines five operations: ``get``, ``set``, ``delete``,
+``list(prefix)`` and ``clear``. Admin work needs more: streaming scans of
+``(key, value)`` pairs, batched deletes in short transactions, counts and
+byte sizes per prefix. :class:`BaseStorage` implements all of them on top of
+the five, so a new backend works once it has the five; backends override the
+extensions with native versions where they can be faster.
+
+Prefix semantics on every backend: a prefix is literal and case-sensitive
+(``%``, ``_``, ``*``, ``:`` and unicode are ordinary characters), and keys
+come back in binary order: the order of their UTF-8 bytes, which is the
+order of their code points and of Python's ``str`` comparison.
+
+Nothing here is SQL: the protocol must fit SQLite, Postgres, S3 and a dict.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar, runtime_checkable
+
+_T = TypeVar("_T")
+
+#: Called after each committed batch with the number of rows it affected.
+BatchCallback = Callable[[int], None]
+
+DEFAULT_BATCH = 1000
+
+
+@dataclass(frozen=True)
+class PrefixStats:
+    """Key count and total value size (UTF-8 bytes) under a prefix."""
+
+    count: int = 0
+    bytes: int = 0
+
+    def __add__(self, other: PrefixStats) -> PrefixStats:
+        return PrefixStats(self.count + other.count, self.bytes + other.bytes)
+
+
+def value_size(value: str) -> int:
+    """Size of a stored value in bytes, as the SQLite file holds it (UTF-8)."""
+    return len(value.encode("utf-8", "surrogatepass"))
+
+
+def prefix_upper_bound(prefix: str) -> str | None:
+    """The smallest string greater than every string starting with ``prefix``.
+
+    ``None`` when there is none (empty prefix, or only U+10FFFF characters).
+    Keys under ``prefix`` are exactly those with ``prefix <= key < bound``.
+    """
+    chars = list(prefix)
+    while chars:
+        code = ord(chars[-1])
+        if code < 0x10FFFF:
+            code += 1
+            if 0xD800 <= code <= 0xDFFF:  # surrogates never occur in UTF-8 keys
+                code = 0xE000
+            chars[-1] = chr(code)
+            return "".join(chars)
+        chars.pop()
+    return None
+
+
+def first_segment(key: str, sep: str = ":") -> str:
+    """``'todos:main'`` -> ``'todos:'``; a key without ``sep`` -> ``''``."""
+    index = key.find(sep)
+    return key[: index + len(sep)] if index >= 0 else ""
+
+
+@runtime_checkable
+class StorageProvider(Protocol):
+    """What every backend offers. See the module docstring for the semantics."""
+
+    #: Backend name: ``memory``, ``sqlite``, ``postgres``, ``s3``.
+    backend: str
+
+    def describe(self) -> str:
+        """Where the store is, for messages and manifests (never a secret)."""
+        ...
+
+    # The five operations of the seed.
+    def get(self, key: str) -> str | None: ...
+
+    def set(self, key: str, value: str) -> None: ...
+
+    def delete(self, key: str) -> None: ...
+
+    def list(self, prefix: str | None = None) -> list[str]: ...
+
+    def clear(self) -> None: ...
+
+    # What admin work needs.
+    def scan(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[tuple[str, str]]:
+        """Stream ``(key, value)`` under ``prefix`` in key order, in batches.
+
+        Keys ``<= start_after`` are skipped (resuming). The scan is not one
+        snapshot: it reads batch after batch so it never holds a long read
+        transaction on a live store. Keys deleted meanwhile may be missing.
+        """
+        ...
+
+    def scan_keys(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[str]: ...
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        """Values of those keys that exist."""
+        ...
+
+    def set_many(self, items: Iterable[tuple[str, str]]) -> int:
+        """Write all items; atomically where the backend can (one transaction)."""
+        ...
+
+    def delete_many(
+        self,
+        keys: Iterable[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        """Delete in short transactions of ``batch_size`` keys; the count deleted."""
+        ...
+
+    def delete_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        """Delete each key only if its value still equals the given one.
+
+        A record rewritten meanwhile (by the gateway) is kept. Returns the
+        count deleted.
+        """
+        ...
+
+    def count(self, prefix: str | None = None) -> int: ...
+
+    def prefix_stats(self, prefixes: Sequence[str]) -> dict[str, PrefixStats]:
+        """Count and value bytes under each prefix (prefixes are disjoint)."""
+        ...
+
+    def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
+        """Keys under none of ``known``, grouped by their first segment.
+
+        The group of ``'x:y:z'`` is ``'x:'``; keys without ``sep`` share the
+        group ``''``.
+        """
+        ...
+
+    def close(self) -> None: ...
+
+
+class BaseStorage(ABC):
+    """Generic implementations of the admin operations on top of the five.
+
+    Subclasses implement ``get``, ``set``, ``delete``, ``list``, ``clear``
+    and ``describe``, and override the rest where they have something
+    faster or more atomic.
+    """
+
+    backend: str = "base"
+
+    @abstractmethod
+    def describe(self) -> str: ...
+
+    @abstractmethod
+    def get(self, key: str) -> str | None: ...
+
+    @abstractmethod
+    def set(self, key: str, value: str) -> None: ...
+
+    @abstractmethod
+    def delete(self, key: str) -> None: ...
+
+    @abstractmethod
+    def list(self, prefix: str | None = None) -> list[str]: ...
+
+    @abstractmethod
+    def clear(self) -> None: ...
+
+    def close(self) -> None:
+        return None
+
+    def __enter__(self) -> BaseStorage:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- generic fallbacks ------------------------------------------------
+
+    def scan_keys(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[str]:
+        for key in self.list(prefix):
+            if start_after is None or key > start_after:
+                yield key
+
+    def scan(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[tuple[str, str]]:
+        for key in self.scan_keys(prefix, start_after=start_after, batch_size=batch_size):
+            value = self.get(key)
+            if value is not None:  # deleted since it was listed
+                yield key, value
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for key in keys:
+            value = self.get(key)
+            if value is not None:
+                found[key] = value
+        return found
+
+    def set_many(self, items: Iterable[tuple[str, str]]) -> int:
+        written = 0
+        for key, value in items:
+            self.set(key, value)
+            written += 1
+        return written
+
+    def delete_many(
+        self,
+        keys: Iterable[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        deleted = 0
+        for batch in batched(keys, batch_size):
+            done = 0
+            for key in batch:
+                if self.get(key) is not None:
+                    self.delete(key)
+                    done += 1
+            deleted += done
+            _after_batch(done, pause, on_batch)
+        return deleted
+
+    def delete_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        deleted = 0
+        for batch in batched(items, batch_size):
+            done = 0
+            for key, expected in batch:
+                if self.get(key) == expected:
+                    self.delete(key)
+                    done += 1
+            deleted += done
+            _after_batch(done, pause, on_batch)
+        return deleted
+
+    def count(self, prefix: str | None = None) -> int:
+        return sum(1 for _ in self.scan_keys(prefix))
+
+    def prefix_stats(self, prefixes: Sequence[str]) -> dict[str, PrefixStats]:
+        stats: dict[str, PrefixStats] = {}
+        for prefix in prefixes:
+            count = size = 0
+            for _key, value in self.scan(prefix):
+                count += 1
+                size += value_size(value)
+            stats[prefix] = PrefixStats(count, size)
+        return stats
+
+    def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
+        groups: dict[str, PrefixStats] = {}
+        known_tuple = tuple(known)
+        for key, value in self.scan():
+            if key.startswith(known_tuple):
+                continue
+            group = first_segment(key, sep)
+            groups[group] = groups.get(group, PrefixStats()) + PrefixStats(1, value_size(value))
+        return groups
+
+
+def batched(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
+    """Successive lists of at most ``size`` items."""
+    if size < 1:
+        raise ValueError("batch size must be at least 1")
+    batch: list[_T] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _after_batch(done: int, pause: float, on_batch: BatchCallback | None) -> None:
+    if on_batch is not None:
+        on_batch(done)
+    if pause > 0:
+        time.sleep(pause)

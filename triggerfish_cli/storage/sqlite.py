@@ -1,0 +1,429 @@
+"""The SQLite backend: the default, working on the gateway's own file.
+
+The gateway creates ``kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)`` in a
+WAL database and writes it with autocommitted ``INSERT OR REPLACE``. We use
+that table as it is and never alter it (tables of our own are prefixed
+``tfadmin_``). The gateway sets no busy timeout, so while we hold the write
+lock its writes fail at once: every write transaction here is short, and
+bulk work goes in batches.
+
+Prefixes are listed exactly, with ``key >= :p AND key < :p_next`` range
+queries on the primary-key index (binary collation, i.e. byte order), never
+with the gateway's ``LIKE``, which treats ``_`` and ``%`` as wildcards,
+ignores ASCII case and cannot use the index.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import quote
+
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    BusyError,
+    InvalidDataError,
+    TriggerfishError,
+)
+from triggerfish_cli.storage.provider import (
+    DEFAULT_BATCH,
+    BaseStorage,
+    BatchCallback,
+    PrefixStats,
+    batched,
+    prefix_upper_bound,
+)
+
+#: Exactly the statement the gateway runs at start-up.
+KV_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+
+#: The gateway's memory search tables, created by the gateway at start-up.
+MEMORY_INDEX_TABLES = ("memory_fts", "memory_meta")
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+DEFAULT_BUSY_TIMEOUT_MS = 5000
+
+
+def _range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
+    """SQL condition and parameters selecting keys under ``prefix`` after ``start_after``."""
+    conditions: list[str] = []
+    params: list[str] = []
+    if prefix:
+        if start_after is not None and start_after >= prefix:
+            conditions.append("key > ?")
+            params.append(start_after)
+        else:
+            conditions.append("key >= ?")
+            params.append(prefix)
+        upper = prefix_upper_bound(prefix)
+        if upper is not None:
+            conditions.append("key < ?")
+            params.append(upper)
+    elif start_after is not None:
+        conditions.append("key > ?")
+        params.append(start_after)
+    return (" AND ".join(conditions) or "1"), params
+
+
+def translate_error(exc: sqlite3.Error, where: str) -> TriggerfishError:
+    """Map a sqlite3 error to the error (and exit code) an operator should see."""
+    text = str(exc)
+    lowered = text.lower()
+    if "locked" in lowered or "busy" in lowered:
+        return BusyError(
+            f"{where}: the database is locked by another process ({text})",
+            hint="retry, or stop the writer that holds it",
+        )
+    if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
+        return InvalidDataError(f"{where}: {text}")
+    if isinstance(exc, sqlite3.OperationalError):
+        return BackendUnavailableError(f"{where}: {text}")
+    return TriggerfishError(f"{where}: {text}")
+
+
+class SqliteStorage(BaseStorage):
+    backend = "sqlite"
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        create: bool = False,
+        busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+    ) -> None:
+        self.path = Path(path)
+        self.busy_timeout_ms = busy_timeout_ms
+        self._conn: sqlite3.Connection | None = None
+        self._conn = _open(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
+
+    # -- plumbing ---------------------------------------------------------
+
+    @property
+    def connection(self) -> sqlite3.Connection:
+        """The open connection, for SQLite-specific modules (memory index, backup)."""
+        if self._conn is None:
+            raise BackendUnavailableError(f"{self.describe()}: the store is closed")
+        return self._conn
+
+    def describe(self) -> str:
+        return f"sqlite:{self.path}"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    @contextmanager
+    def errors(self, what: str) -> Iterator[None]:
+        """Turn sqlite3 errors raised inside into TriggerfishErrors."""
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise translate_error(exc, f"{self.path}: {what}") from exc
+
+    @contextmanager
+    def transaction(self, what: str = "write") -> Iterator[sqlite3.Connection]:
+        """A short write transaction (``BEGIN IMMEDIATE``): all or nothing.
+
+        Interrupted (Ctrl-C) or failing, it rolls back and leaves the store
+        as it was.
+        """
+        conn = self.connection
+        with self.errors(what):
+            conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        with self.errors(what):
+            conn.execute("COMMIT")
+
+    def tables(self) -> set[str]:
+        with self.errors("read schema"):
+            rows = self.connection.execute(
+                "SELECT name FROM sqlite_master WHERE type IN ('table', 'view')"
+            ).fetchall()
+        return {row[0] for row in rows}
+
+    # -- the five ---------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        with self.errors("get"):
+            row = self.connection.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set(self, key: str, value: str) -> None:
+        with self.errors("set"):
+            self.connection.execute(
+                "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value)
+            )
+
+    def delete(self, key: str) -> None:
+        with self.errors("delete"):
+            self.connection.execute("DELETE FROM kv WHERE key = ?", (key,))
+
+    def list(self, prefix: str | None = None) -> list[str]:
+        where, params = _range_clause(prefix)
+        with self.errors("list"):
+            rows = self.connection.execute(
+                f"SELECT key FROM kv WHERE {where} ORDER BY key", params
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def clear(self) -> None:
+        """Delete every key, and the memory search rows that index them."""
+        present = self.tables()
+        with self.transaction("clear") as conn:
+            conn.execute("DELETE FROM kv")
+            for table in MEMORY_INDEX_TABLES:
+                if table in present:
+                    conn.execute(f"DELETE FROM {table}")
+
+    # -- native admin operations -------------------------------------------
+
+    def _paged(
+        self, columns: str, prefix: str | None, start_after: str | None, batch_size: int
+    ) -> Iterator[tuple[str, ...]]:
+        last = start_after
+        while True:
+            where, params = _range_clause(prefix, last)
+            with self.errors("scan"):
+                rows = self.connection.execute(
+                    f"SELECT {columns} FROM kv WHERE {where} ORDER BY key LIMIT ?",
+                    [*params, batch_size],
+                ).fetchall()
+            yield from rows
+            if len(rows) < batch_size:
+                return
+            last = rows[-1][0]
+
+    def scan(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[tuple[str, str]]:
+        yield from self._paged("key, value", prefix, start_after, batch_size)  # type: ignore[misc]
+
+    def scan_keys(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[str]:
+        for row in self._paged("key", prefix, start_after, max(batch_size, 5000)):
+            yield row[0]
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for batch in batched(keys, 500):
+            marks = ",".join("?" * len(batch))
+            with self.errors("get"):
+                rows = self.connection.execute(
+                    f"SELECT key, value FROM kv WHERE key IN ({marks})", batch
+                ).fetchall()
+            found.update(rows)
+        return found
+
+    def set_many(self, items: Iterable[tuple[str, str]]) -> int:
+        """All items in one transaction: a failure writes none of them."""
+        before = self.connection.total_changes
+        with self.transaction("write") as conn:
+            conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", items)
+        return self.connection.total_changes - before
+
+    def _batched_write(
+        self,
+        sql: str,
+        rows: Iterable[Sequence[str]],
+        batch_size: int,
+        pause: float,
+        on_batch: BatchCallback | None,
+    ) -> int:
+        done = 0
+        for batch in batched(rows, batch_size):
+            before = self.connection.total_changes
+            with self.transaction("delete") as conn:
+                conn.executemany(sql, batch)
+            changed = self.connection.total_changes - before
+            done += changed
+            if on_batch is not None:
+                on_batch(changed)
+            if pause > 0:
+                time.sleep(pause)
+        return done
+
+    def delete_many(
+        self,
+        keys: Iterable[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        rows = ((key,) for key in keys)
+        return self._batched_write(
+            "DELETE FROM kv WHERE key = ?", rows, batch_size, pause, on_batch
+        )
+
+    def delete_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        return self._batched_write(
+            "DELETE FROM kv WHERE key = ? AND value = ?", items, batch_size, pause, on_batch
+        )
+
+    def count(self, prefix: str | None = None) -> int:
+        where, params = _range_clause(prefix)
+        with self.errors("count"):
+            row = self.connection.execute(
+                f"SELECT count(*) FROM kv WHERE {where}", params
+            ).fetchone()
+        return int(row[0])
+
+    def prefix_stats(self, prefixes: Sequence[str]) -> dict[str, PrefixStats]:
+        stats: dict[str, PrefixStats] = {}
+        with self.errors("stats"):
+            for prefix in prefixes:
+                where, params = _range_clause(prefix)
+                count, size = self.connection.execute(
+                    "SELECT count(*), coalesce(sum(length(CAST(value AS BLOB))), 0) "
+                    f"FROM kv WHERE {where}",
+                    params,
+                ).fetchone()
+                stats[prefix] = PrefixStats(int(count), int(size))
+        return stats
+
+    def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
+        """Group the keys in the gaps between the known prefix ranges by first segment."""
+        groups: dict[str, PrefixStats] = {}
+        with self.errors("stats"):
+            for low, high in _gaps(known):
+                conditions, params = [], []
+                if low is not None:
+                    conditions.append("key >= ?")
+                    params.append(low)
+                if high is not None:
+                    conditions.append("key < ?")
+                    params.append(high)
+                where = " AND ".join(conditions) or "1"
+                rows = self.connection.execute(
+                    "SELECT CASE WHEN instr(key, ?) > 0 "
+                    "THEN substr(key, 1, instr(key, ?) + length(?) - 1) ELSE '' END AS grp, "
+                    "count(*), coalesce(sum(length(CAST(value AS BLOB))), 0) "
+                    f"FROM kv WHERE {where} GROUP BY grp",
+                    [sep, sep, sep, *params],
+                ).fetchall()
+                for group, count, size in rows:
+                    groups[group] = groups.get(group, PrefixStats()) + PrefixStats(
+                        int(count), int(size)
+                    )
+        return groups
+
+
+def _gaps(prefixes: Sequence[str]) -> list[tuple[str | None, str | None]]:
+    """The key ranges ``[low, high)`` covered by none of the prefixes."""
+    ranges = sorted((p, prefix_upper_bound(p)) for p in prefixes if p)
+    merged: list[tuple[str, str | None]] = []
+    for low, high in ranges:
+        if merged:
+            last_low, last_high = merged[-1]
+            if last_high is None or low <= last_high:
+                if last_high is not None and (high is None or high > last_high):
+                    merged[-1] = (last_low, high)
+                continue
+        merged.append((low, high))
+    gaps: list[tuple[str | None, str | None]] = []
+    cursor: str | None = None
+    for low, high in merged:
+        if cursor is None or cursor < low:
+            gaps.append((cursor, low))
+        if high is None:
+            return gaps
+        cursor = high
+    gaps.append((cursor, None))
+    return gaps
+
+
+def _open(path: Path, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connection:
+    """Open (or create) a gateway store; refuse anything else without touching it."""
+    if path.is_dir():
+        raise BackendUnavailableError(f"{path}: is a directory, not a SQLite store")
+    exists = path.exists()
+    if exists:
+        try:
+            with path.open("rb") as handle:
+                header = handle.read(len(SQLITE_HEADER))
+        except OSError as exc:
+            raise BackendUnavailableError(f"{path}: cannot read: {exc.strerror}") from exc
+        if header and header != SQLITE_HEADER:
+            raise InvalidDataError(f"{path}: not a SQLite database")
+    elif not create:
+        raise BackendUnavailableError(
+            f"{path}: no store there",
+            hint="check --db, or run `triggerfish-admin demo create` to make one",
+        )
+    else:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except OSError as exc:
+            raise BackendUnavailableError(
+                f"{path.parent}: cannot create directory: {exc.strerror}"
+            ) from exc
+
+    mode = "rw" if exists else "rwc"
+    uri = f"file:{quote(str(path.absolute()))}?mode={mode}"
+    try:
+        conn = sqlite3.connect(uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
+    try:
+        _check_schema(conn, path)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    try:
+        objects = conn.execute("SELECT type, name FROM sqlite_master").fetchall()
+    except sqlite3.Error as exc:
+        raise translate_error(exc, f"{path}: read schema") from exc
+    names = {name for kind, name in objects if kind == "table"}
+    if "kv" in names:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(kv)")}
+        if not {"key", "value"} <= columns:
+            raise InvalidDataError(
+                f"{path}: table kv has columns {', '.join(sorted(columns))}, "
+                "not (key, value): not a Triggerfish store"
+            )
+    elif objects:
+        raise InvalidDataError(
+            f"{path}: SQLite database without a kv table: not a Triggerfish store"
+        )
+    try:
+        if "kv" not in names:
+            conn.execute(KV_SCHEMA)
+    except sqlite3.Error as exc:
+        raise translate_error(exc, f"{path}: create the kv table") from exc
+    try:
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if str(mode).lower() != "wal":
+            conn.execute("PRAGMA journal_mode=WAL")
+    except sqlite3.Error:
+        # The gateway's file is WAL already (the mode is persistent); a copy
+        # that is read-only or locked right now still works in its own mode.
+        pass
