@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -12,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.gateway import write_gateway_store
+from tests.helpers.services import postgres, s3, s3_server  # noqa: F401 - fixtures
 
 _OUR_ENV = (
     "TRIGGERFISH_DATA_DIR",
@@ -112,7 +112,3 @@ STORE_BACKENDS: dict[str, Callable[[Path], StoreHandle]] = {"sqlite": _sqlite_st
 @pytest.fixture(params=sorted(STORE_BACKENDS))
 def store(request: pytest.FixtureRequest, base_dir: Path) -> Iterator[StoreHandle]:
     yield STORE_BACKENDS[request.param](base_dir)
-
-
-def in_ci() -> bool:
-    return os.environ.get("CI", "").lower() in ("1", "true", "yes")

@@ -184,3 +184,30 @@ def parse_storage_section(
     except InvalidDataError as exc:
         raise InvalidDataError(f"{config_path}: {exc.message}", hint=exc.hint) from None
     return str(backend), options
+
+
+def check_storage_section(section: Any, config_path: Path) -> None:
+    """Validator of ``storage:`` for :data:`OUR_SECTIONS`."""
+    if not isinstance(section, Mapping):
+        raise InvalidDataError(f"{config_path}: storage: must be a mapping")
+    parse_storage_section(section, config_path)
+
+
+#: The sections of triggerfish.yaml that are ours, each with the
+#: ``"module:function(section, config_path)"`` that checks it strictly and
+#: raises InvalidDataError. Modules register their section here (retention:
+#: ...); ``config validate`` runs them all. Imported lazily.
+OUR_SECTIONS: dict[str, str] = {
+    "storage": "triggerfish_cli.settings:check_storage_section",
+}
+
+
+def check_our_sections(settings: Settings) -> None:
+    """Check every section of ours present in ``settings``; the first error is raised."""
+    import importlib
+
+    for name, target in OUR_SECTIONS.items():
+        if name not in settings.data:
+            continue
+        module, _, function = target.partition(":")
+        getattr(importlib.import_module(module), function)(settings.data[name], settings.path)

@@ -1,0 +1,100 @@
+"""Shared helpers for the benchmarks: a cached realistic store, timing, reporting.
+
+Benchmarks are run by hand (never in CI) and print ratios against the
+physical limit named in their issue, measured side by side in the same run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("TFBENCH_DATA", ROOT / "bench" / "data"))
+ANCHOR = datetime(2026, 11, 1, tzinfo=timezone.utc)
+sys.path.insert(0, str(ROOT))
+
+
+def store(
+    records: int = 1_000_000, *, seed: int = 1, days: int = 400, name: str | None = None
+) -> Path:
+    """A demo store of ``records`` keys, built once and cached under bench/data/."""
+    from triggerfish_cli.demo import build_demo
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / (name or f"store-{records}-{seed}-{days}.db")
+    if path.exists():
+        return path
+    temp = path.with_suffix(".building")
+    for leftover in temp.parent.glob(temp.name + "*"):
+        leftover.unlink()
+    started = time.perf_counter()
+    provider = SqliteStorage(temp, create=True)
+    build_demo(provider, records=records, seed=seed, now=ANCHOR, days=days)
+    provider.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    provider.close()
+    temp.rename(path)
+    size = path.stat().st_size / 2**20
+    print(
+        f"# built {path.name}: {records} keys, {size:.0f} MiB in "
+        f"{time.perf_counter() - started:.1f} s",
+        file=sys.stderr,
+    )
+    return path
+
+
+def scratch_copy(path: Path, name: str) -> Path:
+    """A private copy of a cached store, for benchmarks that modify it."""
+    target = DATA / name
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(target) + suffix).unlink(missing_ok=True)
+    shutil.copyfile(path, target)
+    return target
+
+
+def timed(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> list[float]:
+    """Wall times in seconds of ``repeat`` runs after ``warmup`` runs."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return times
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+def p95(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+
+
+def report(
+    name: str,
+    ours: list[float],
+    limit: list[float],
+    target: float,
+    *,
+    lower_is_better: bool = True,
+    unit: str = "s",
+) -> bool:
+    """Print medians and the ratio ours/limit against the target; True when met."""
+    ratio = median(ours) / median(limit)
+    ok = ratio <= target if lower_is_better else ratio >= target
+    print(
+        f"{name:<48} ours {median(ours):8.3f}{unit}  limit {median(limit):8.3f}{unit}  "
+        f"ratio {ratio:5.2f}x  target {'<=' if lower_is_better else '>='} {target}x  "
+        f"{'OK' if ok else 'MISSED'}"
+    )
+    return ok
