@@ -32,10 +32,12 @@ def test_group_listing_matches_each_groups_help(cli: CliFn) -> None:
 
     from triggerfish_cli.cli.app import GROUPS
 
-    for name, (module, listed) in GROUPS.items():
-        app = importlib.import_module(module).app
+    for name, (target, listed) in GROUPS.items():
+        module, _, attribute = target.partition(":")
+        app = getattr(importlib.import_module(module), attribute or "app")
         assert app.info.name == name
         assert app.info.help.splitlines()[0] == listed
+        assert name in cli("--help").stdout
 
 
 def test_usage_error_is_one_line_exit_2(cli: CliFn) -> None:

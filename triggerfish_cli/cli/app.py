@@ -19,6 +19,7 @@ from triggerfish_cli.cli.options import Format
 from triggerfish_cli.errors import TriggerfishError
 
 PROG = "triggerfish-admin"
+COMPLETE_VAR = "_TRIGGERFISH_ADMIN_COMPLETE"
 
 #: Command groups, imported only when used: a call runs one group, and
 #: building every group's commands at start-up would cost every scripted call.
@@ -26,6 +27,14 @@ PROG = "triggerfish-admin"
 GROUPS: dict[str, tuple[str, str]] = {
     "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
     "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
+    "help": (
+        "triggerfish_cli.cli.help",
+        "Show help for a command, or the whole command tree as JSON.",
+    ),
+    "completion": (
+        "triggerfish_cli.cli.help:completion_app",
+        "Print the shell completion script for bash, zsh or fish.",
+    ),
 }
 
 
@@ -48,8 +57,9 @@ class BoundaryGroup(TyperGroup):
         if cmd_name in GROUPS:
             import importlib
 
-            module = importlib.import_module(GROUPS[cmd_name][0])
-            command = typer.main.get_command(module.app)
+            module_name, _, attribute = GROUPS[cmd_name][0].partition(":")
+            module = importlib.import_module(module_name)
+            command = typer.main.get_command(getattr(module, attribute or "app"))
             command.name = cmd_name
             return command
         return super().get_command(ctx, cmd_name)
@@ -83,6 +93,12 @@ class BoundaryGroup(TyperGroup):
         **extra: Any,
     ) -> Any:
         argv = list(sys.argv[1:] if args is None else args)
+        if os.environ.get(COMPLETE_VAR):
+            # Shell completion: register typer's completion classes (source_bash,
+            # complete_bash, ...) only now, so normal runs never pay for them.
+            from typer._completion_classes import completion_init
+
+            completion_init()
         debug = "--debug" in argv or os.environ.get("TRIGGERFISH_DEBUG", "") not in ("", "0")
         code = 0
         try:
@@ -150,13 +166,18 @@ def _silence_stdout() -> None:
 app = typer.Typer(
     name=PROG,
     cls=BoundaryGroup,
-    help="The operator's command line for the storage of Triggerfish.",
     no_args_is_help=True,
     rich_markup_mode=None,
     pretty_exceptions_enable=False,
     add_completion=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _complete_backend(incomplete: str) -> list[str]:
+    from triggerfish_cli.settings import known_backends
+
+    return [name for name in known_backends() if name.startswith(incomplete)]
 
 
 def _version(value: bool) -> None:
@@ -174,7 +195,7 @@ def root(
             "--db",
             envvar="TRIGGERFISH_DB",
             show_default=False,
-            help="SQLite store to work on [env: TRIGGERFISH_DB] "
+            help="SQLite store to work on "
             "(default: $TRIGGERFISH_DATA_DIR/data/triggerfish.db, "
             "else ~/.triggerfish/data/triggerfish.db).",
         ),
@@ -185,8 +206,7 @@ def root(
             "--config",
             envvar="TRIGGERFISH_CONFIG",
             show_default=False,
-            help="triggerfish.yaml to read [env: TRIGGERFISH_CONFIG] "
-            "(default: <base>/triggerfish.yaml).",
+            help="triggerfish.yaml to read (default: <base>/triggerfish.yaml).",
         ),
     ] = None,
     backend: Annotated[
@@ -195,8 +215,9 @@ def root(
             "--backend",
             envvar="TRIGGERFISH_BACKEND",
             show_default=False,
-            help="Storage backend, overriding the storage: section "
-            "[env: TRIGGERFISH_BACKEND]: sqlite or memory.",
+            metavar="NAME",
+            autocompletion=_complete_backend,
+            help="Storage backend, overriding the storage: section: sqlite or memory.",
         ),
     ] = None,
     fmt: Annotated[
@@ -205,7 +226,7 @@ def root(
             "--format",
             "-f",
             envvar="TRIGGERFISH_FORMAT",
-            help="Output format for every command [env: TRIGGERFISH_FORMAT].",
+            help="Output format for every command.",
         ),
     ] = Format.table,
     quiet: Annotated[
@@ -214,7 +235,7 @@ def root(
             "--quiet",
             "-q",
             envvar="TRIGGERFISH_QUIET",
-            help="Print nothing on success [env: TRIGGERFISH_QUIET].",
+            help="Print nothing on success.",
         ),
     ] = False,
     no_color: Annotated[
@@ -226,7 +247,7 @@ def root(
         typer.Option(
             "--debug",
             envvar="TRIGGERFISH_DEBUG",
-            help="Show tracebacks of errors [env: TRIGGERFISH_DEBUG].",
+            help="Show tracebacks of errors.",
         ),
     ] = False,
     version: Annotated[
@@ -238,9 +259,13 @@ def root(
 ) -> None:
     """The operator's command line for the storage of Triggerfish.
 
-    Works on the gateway's live store (SQLite by default) while the gateway
-    runs. Exit codes: 0 ok, 1 unexpected, 2 usage, 3 not found, 4 refused,
-    5 verification failed, 6 busy/locked, 7 backend unavailable,
+    Inspect a live Triggerfish store, keep it within its retention rules,
+    search the agent's memories at a chosen classification, back it up and
+    roll the configuration back, while the gateway keeps writing. Works on
+    the gateway's own SQLite file by default.
+
+    Exit codes: 0 ok, 1 unexpected, 2 usage, 3 not found, 4 refused,
+    5 verification failed, 6 busy or locked, 7 backend unavailable,
     8 invalid data or config, 130 interrupted.
     """
     st = state(ctx)

@@ -14,6 +14,7 @@ from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,
     YesOpt,
+    complete_namespace,
     fmt_value,
     sub_app,
 )
@@ -87,6 +88,7 @@ def list_cmd(
             "-N",
             help="A namespace name or prefix, e.g. sessions.",
             show_default=False,
+            autocompletion=complete_namespace,
         ),
     ] = None,
     limit: Annotated[

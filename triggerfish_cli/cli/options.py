@@ -60,3 +60,10 @@ def sub_app(name: str, help_text: str) -> typer.Typer:
         pass
 
     return app
+
+
+def complete_namespace(incomplete: str) -> list[str]:
+    """Shell completion of namespace names, from the registry."""
+    from triggerfish_cli.namespaces import NAMESPACES
+
+    return [ns.name for ns in NAMESPACES if ns.name.startswith(incomplete)]
