@@ -417,12 +417,14 @@ class SnapshotResult:
     evicted: list[int]
     dry_run: bool
     warnings: list[str] = field(default_factory=list)
+    #: The file equals the newest version: nothing to store.
+    unchanged: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "config": self.config,
             "stored": self.stored,
-            "unchanged": not self.stored and not self.dry_run,
+            "unchanged": self.unchanged,
             "version": self.version,
             "sha256": self.sha256,
             "bytes": self.bytes,
@@ -465,7 +467,7 @@ def snapshot(
         )
         newest = list_versions(provider).newest
         if newest is not None and newest.sha256 == result.sha256:
-            result.version = newest.number
+            result.version, result.unchanged = newest.number, True
             return result
         if findings and not redact:
             refuse_secrets(findings, str(config_path))

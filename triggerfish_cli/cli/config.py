@@ -103,7 +103,7 @@ def snapshot_cmd(
     for warning in result.warnings:
         out.warn(warning)
     path = st.config_path
-    if not result.stored and not dry_run:
+    if result.unchanged:
         _report(out, result.as_dict(), f"unchanged: {path} equals v{result.version}, the newest")
         return
     if result.redacted:
