@@ -250,3 +250,30 @@ def test_any_value_under_a_secret_key_round_trips(secret: str, style: str, key: 
     assert yaml.safe_load(restored) == parsed
     if guard.render_scalar(value, style) == scalar:
         assert restored == text
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        GATEWAY_CONFIG,
+        "a: 😀😀\nb:\n  token: 'x😀y'\n",
+        'a: "é\\u00e9😀"\r\nb: [x, 😀y]\r\npassword: p\r\n',
+        "\ufeffa: 1\npassword: hunter2\n",
+    ],
+)
+def test_libyaml_and_pure_python_marks_agree(text: str) -> None:
+    """Spans come from libyaml when it is there: they must index the text like PyYAML's."""
+
+    def spans(loader: type) -> list[tuple[int, int]]:
+        body = text.lstrip("\ufeff")
+        offset = len(text) - len(body)
+        root = yaml.compose(body if loader is not yaml.SafeLoader else text, Loader=loader)
+        extra = offset if loader is not yaml.SafeLoader else 0
+        return [
+            (node.start_mark.index + extra, node.end_mark.index + extra)
+            for _parts, _key, node in guard.walk_scalars(root)
+        ]
+
+    assert spans(yaml.CSafeLoader) == spans(yaml.SafeLoader)
+    masked, _ = guard.redact(text)
+    assert "hunter2" not in masked and "x😀y" not in masked

@@ -202,9 +202,9 @@ def validate_text(text: str, origin: str, config_path: Path, *, secrets: bool = 
     if report.errors:
         return report
     try:
-        document = yaml.load(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:  # pragma: no cover - composed fine above
-        report.problems.append(Problem("error", f"invalid YAML: {_first_line(exc)}"))
+        document = secrets_guard.load(text)
+    except yaml.YAMLError as exc:  # composed fine, but a value cannot be built
+        report.problems.append(Problem("error", f"invalid value: {_first_line(exc)}"))
         return report
     known = known_sections()
     for key_node, _value in root.value:
@@ -288,11 +288,14 @@ def _first_line(exc: Exception) -> str:
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
-def check_writable(text: str, config_path: Path) -> Report:
+def check_writable(text: str, config_path: Path, origin: str) -> Report:
     """Validate a text about to be written; errors raise InvalidDataError (exit 8)."""
-    report = validate_text(text, str(config_path), config_path, secrets=False)
+    report = validate_text(text, origin, config_path, secrets=False)
     if report.errors:
         first = report.errors[0]
         more = f" (and {len(report.errors) - 1} more)" if len(report.errors) > 1 else ""
-        raise InvalidDataError(f"{report.origin}: {first}{more}")
+        raise InvalidDataError(
+            f"{origin} is not a valid config, refusing to write it: {first}{more}",
+            hint=f"see `config show {origin}`",
+        )
     return report

@@ -153,7 +153,7 @@ def plan_rollback(
 
     values, supplied, missing = _gather_secrets(version, current, supply, dry_run)
     new_text = secrets_guard.restore(version.yaml, list(version.redacted), values)
-    report = config_diff.check_writable(new_text, config_path)
+    report = config_diff.check_writable(new_text, config_path, f"v{version.number}")
     warnings = [f"v{version.number}: {problem}" for problem in report.warnings]
 
     record_scan = secrets_guard.scan(new_text)
@@ -251,6 +251,23 @@ def _gather_secrets(
             hint="--secrets-from-current, --secrets-file FILE, or run it on a TTY to be asked",
         )
     return values, wanted, missing
+
+
+def parse_secret_values(text: str, origin: str) -> dict[str, Any]:
+    """A secrets file: dotted path -> value, flat or nested like the config itself.
+
+    ``channels.telegram.botToken: ...`` and ``channels: {telegram: {botToken: ...}}``
+    mean the same. Parse errors name line and column, never a value.
+    """
+    from triggerfish_cli.settings import parse_yaml_mapping
+
+    values: dict[str, Any] = {}
+    for key, value in parse_yaml_mapping(text, origin).items():
+        if isinstance(value, (dict, list)):
+            values.update(secrets_guard.leaves({key: value}))
+        else:
+            values[str(key)] = value
+    return values
 
 
 def _current_values(current: ConfigFile) -> dict[str, Any]:

@@ -286,10 +286,16 @@ def read_config(path: Path, *, missing_ok: bool = False) -> ConfigFile | None:
 
 
 def current_number(listing: Listing, config: ConfigFile | None) -> int | None:
-    """The newest version the file on disk matches (secrets compared masked)."""
+    """The newest version the file on disk matches (secrets compared masked).
+
+    The exact text is compared first; the file is scanned and masked only
+    when some version was stored redacted (so `history` rarely needs YAML).
+    """
     if config is None:
         return None
-    found = listing.by_sha(sha256_text(config.masked()))
+    found = listing.by_sha(config.sha256)
+    if found is None and any(v.redacted for v in listing.versions):
+        found = listing.by_sha(sha256_text(config.masked()))
     return found.number if found is not None else None
 
 
@@ -463,7 +469,7 @@ def snapshot(
             redacted=[f.describe() for f in findings],
             evicted=[],
             dry_run=dry_run,
-            warnings=_validity_warnings(config.text),
+            warnings=[] if scan.parsed and scan.valid else _validity_warnings(config.text),
         )
         newest = list_versions(provider).newest
         if newest is not None and newest.sha256 == result.sha256:

@@ -29,6 +29,7 @@ plain, single- and double-quoted scalars.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -62,39 +63,43 @@ _WEAK_EXCEPTIONS = ("publickey",)
 #: Numbers are flagged only under these (numeric passwords exist; numeric tokens not).
 _NUMERIC_SUFFIXES = ("password", "passwd", "passphrase")
 
-_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (kind, re.compile(pattern))
-    for kind, pattern in (
-        ("PEM private key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
-        ("Anthropic API key", r"sk-ant-[A-Za-z0-9_\-]{16,}"),
-        (
-            "API key (sk-...)",
-            r"(?<![A-Za-z0-9_\-])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
-        ),
-        ("GitHub token", r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{20,})"),
-        (
-            "Slack token",
-            r"(?<![A-Za-z0-9])(?:xox[abposr]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})",
-        ),
-        ("AWS access key id", r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"),
-        ("Google API key", r"AIza[0-9A-Za-z_\-]{35}"),
-        ("Stripe key", r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"),
-        (
-            "Telegram bot token",
-            r"(?<![A-Za-z0-9_\-:])\d{6,12}:[A-Za-z0-9_\-]{35}(?![A-Za-z0-9_\-])",
-        ),
-        ("JSON web token", r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
-        ("bearer credential", r"\b(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{16,}"),
-        (
-            "Discord bot token",
-            r"(?<![A-Za-z0-9_\-])[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,}",
-        ),
-        (
-            "URL with an inline password",
-            r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:(?!\$\{)[^\s/@'\"]+@",
-        ),
-    )
+#: Credential formats: (what it is, regular expression), compiled on first use.
+_PATTERN_SOURCES: tuple[tuple[str, str], ...] = (
+    ("PEM private key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
+    ("Anthropic API key", r"sk-ant-[A-Za-z0-9_\-]{16,}"),
+    (
+        "API key (sk-...)",
+        r"(?<![A-Za-z0-9_\-])sk-(?:proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{20,}",
+    ),
+    ("GitHub token", r"(?<![A-Za-z0-9])(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_\w{20,})"),
+    (
+        "Slack token",
+        r"(?<![A-Za-z0-9])(?:xox[abposr]-[A-Za-z0-9\-]{10,}|xapp-\d-[A-Za-z0-9\-]{10,})",
+    ),
+    ("AWS access key id", r"(?<![A-Z0-9])(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Z0-9])"),
+    ("Google API key", r"AIza[0-9A-Za-z_\-]{35}"),
+    ("Stripe key", r"(?<![A-Za-z0-9])[sr]k_(?:live|test)_[0-9A-Za-z]{16,}"),
+    (
+        "Telegram bot token",
+        r"(?<![A-Za-z0-9_\-:])\d{6,12}:[A-Za-z0-9_\-]{35}(?![A-Za-z0-9_\-])",
+    ),
+    ("JSON web token", r"eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}"),
+    ("bearer credential", r"\b(?:Bearer|Basic)\s+[A-Za-z0-9._~+/=\-]{16,}"),
+    (
+        "Discord bot token",
+        r"(?<![A-Za-z0-9_\-])[MNO][A-Za-z0-9_\-]{23,27}\.[A-Za-z0-9_\-]{6}\.[A-Za-z0-9_\-]{27,}",
+    ),
+    (
+        "URL with an inline password",
+        r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:(?!\$\{)[^\s/@'\"]+@",
+    ),
 )
+
+
+@functools.lru_cache(maxsize=1)
+def _patterns() -> tuple[tuple[str, re.Pattern[str]], ...]:
+    return tuple((kind, re.compile(source)) for kind, source in _PATTERN_SOURCES)
+
 
 _ENV_REFERENCE = re.compile(r"^\$\{[A-Za-z_][A-Za-z0-9_]*\}$")
 _PLACEHOLDER = re.compile(r"^(?:<[^<>]*>|\*+|x+|\.\.\.)$", re.IGNORECASE)
@@ -124,7 +129,7 @@ def is_reference(value: str) -> bool:
 
 def pattern_kind(value: str) -> str | None:
     """What known credential format ``value`` contains, if any."""
-    for kind, pattern in _PATTERNS:
+    for kind, pattern in _patterns():
         if pattern.search(value):
             return kind
     return None
@@ -207,6 +212,8 @@ class Scan:
     spans: list[tuple[int, int, str]] = field(default_factory=list)
     #: Whether the text parsed as YAML (else only line-based checks ran).
     parsed: bool = True
+    #: Whether it also builds into a mapping (or nothing), as a config must.
+    valid: bool = True
 
     @property
     def paths(self) -> list[str]:
@@ -238,10 +245,18 @@ _STYLES = {None: "plain", "": "plain", "'": "single", '"': "double", "|": "liter
 
 
 def compose(text: str) -> Any:
-    """The YAML node tree (pure-Python loader: its marks count characters exactly)."""
+    """The YAML node tree, with marks that index ``text`` by code point.
+
+    libyaml's marks count code points like the pure-Python loader's, except
+    that it does not count a leading byte-order mark: such (rare) texts use
+    the pure-Python loader, ten times slower.
+    """
     import yaml
 
-    return yaml.compose(text, Loader=yaml.SafeLoader)
+    loader = yaml.SafeLoader
+    if not text.startswith("\ufeff"):
+        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.compose(text, Loader=loader)
 
 
 #: Most nodes a walk visits: aliases can expand a small file enormously.
@@ -287,8 +302,12 @@ def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]
         yield from walk(root, [], None, frozenset())
 
 
-def scalar_reader() -> Any:
-    """A function giving the Python value of a scalar node (str, int, float, bool, null)."""
+def scalar_reader(failures: list[Any] | None = None) -> Any:
+    """A function giving the Python value of a scalar node (str, int, float, bool, null).
+
+    A scalar YAML accepts but cannot build (a date with a 13th month) reads
+    as its text, and its node is appended to ``failures``.
+    """
     import yaml
 
     loader = yaml.SafeLoader("")
@@ -296,7 +315,9 @@ def scalar_reader() -> Any:
     def read(node: Any) -> Any:
         try:
             return loader.construct_object(node, deep=True)
-        except yaml.YAMLError:
+        except (yaml.YAMLError, ValueError):
+            if failures is not None:
+                failures.append(node)
             return node.value
 
     return read
@@ -322,8 +343,8 @@ def scan(text: str) -> Scan:
         root = compose(text)
     except yaml.YAMLError:
         return _scan_lines(text)
-    result = Scan()
-    read = scalar_reader()
+    failures: list[Any] = []
+    read = scalar_reader(failures)
     # One node may sit at several paths (an anchored value and its aliases).
     paths: dict[int, list[list[str | int]]] = {}
     nodes: dict[int, Any] = {}
@@ -334,10 +355,12 @@ def scan(text: str) -> Scan:
         kind = classify(key, read(node))
         if kind is not None:
             kinds.setdefault(id(node), kind)
+    mapping = root is None or isinstance(root, yaml.MappingNode)
+    result = Scan(valid=mapping and not failures)
     spans = {ident: value_span(text, node) for ident, node in nodes.items()}
     # Credentials anywhere in the raw text: comments, keys, odd quoting.
     loose: list[tuple[int, int, str]] = []
-    for kind, pattern in _PATTERNS:
+    for kind, pattern in _patterns():
         for match in pattern.finditer(text):
             begin, stop = match.span()
             owner = next((i for i, (a, b, _) in spans.items() if a <= begin < b), None)
@@ -394,7 +417,7 @@ def _scan_lines(text: str) -> Scan:
         where = "comment" if line.lstrip().startswith("#") else "text"
         _check_line(line, offset, number, where, result, flagged)
         offset += len(line)
-    for kind, pattern in _PATTERNS:
+    for kind, pattern in _patterns():
         for match in pattern.finditer(text):
             begin, stop = match.span()
             if any(a <= begin < b for a, b in flagged):
@@ -479,10 +502,14 @@ def _scalar_key(key: Any) -> str:
     return str(key)
 
 
-def _load(text: str) -> Any:
+def load(text: str) -> Any:
+    """Parse YAML; a value YAML accepts but cannot build (a 13th month) is a YAMLError too."""
     import yaml
 
-    return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    try:
+        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except ValueError as exc:
+        raise yaml.YAMLError(str(exc)) from None
 
 
 def redact(text: str, result: Scan | None = None) -> tuple[str, list[Finding]]:
@@ -505,7 +532,7 @@ def _verify(original: str, masked: str, findings: list[Finding]) -> None:
 
     values = {f.path for f in findings if f.where == "value"}
     try:
-        before, after = leaves(_load(original)), leaves(_load(masked))
+        before, after = leaves(load(original)), leaves(load(masked))
     except yaml.YAMLError:
         before, after = {}, None
     problem = after is None or set(before) != set(after)
@@ -602,7 +629,10 @@ def restore(text: str, redactions: list[Mapping[str, Any]], values: Mapping[str,
             )
         start, end, _ = value_span(text, node)
         marks.setdefault(id(node), (start, end, path))
-    expected = leaves(_load(text))
+    try:
+        expected = leaves(load(text))
+    except yaml.YAMLError as exc:
+        raise InvalidDataError(f"the stored version is not valid YAML: {exc}") from None
     expected.update({path: values[path] for path in wanted})
     for fallback in (False, True):
         edits = []
@@ -614,7 +644,7 @@ def restore(text: str, redactions: list[Mapping[str, Any]], values: Mapping[str,
             edits.append((start, end, rendered))
         restored = _apply(text, edits)
         try:
-            flat = leaves(_load(restored))
+            flat = leaves(load(restored))
         except yaml.YAMLError:
             continue
         if flat == expected and all(type(flat[p]) is type(values[p]) for p in wanted):

@@ -749,3 +749,46 @@ def test_validate_runs_every_registered_section_validator(
 def test_config_is_in_the_root_listing(cli: CliFn) -> None:
     listing = cli("--help").stdout
     assert "config" in listing and "Versions of triggerfish.yaml" in listing
+
+
+def test_the_installed_script_rolls_back(tmp_path: Path, config: Path) -> None:
+    import shutil
+    import subprocess
+    import sys
+
+    script = shutil.which("triggerfish-admin") or ""
+    argv = [script] if script else [sys.executable, "-m", "triggerfish_cli"]
+    env = {**os.environ, "TRIGGERFISH_DATA_DIR": str(config.parent)}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*argv, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            stdin=subprocess.DEVNULL,
+        )
+
+    assert run("config", "snapshot").returncode == 0
+    config.write_text(BASE_CONFIG + "# edited\n")
+    refused = run("config", "rollback")
+    assert refused.returncode == 4 and refused.stdout == ""
+    done = run("config", "rollback", "--yes")
+    assert done.returncode == 0, done.stderr
+    assert config.read_text() == BASE_CONFIG
+    assert "recorded as v3" in done.stdout
+
+
+def test_yaml_that_parses_but_cannot_be_built_is_invalid_data(
+    cli: CliFn, store: StoreHandle, config: Path
+) -> None:
+    config.write_text(BASE_CONFIG + "scheduler:\n  since: 2026-13-45\n")
+    result = cli("config", "validate", "-f", "json")
+    assert result.exit_code == 8
+    assert result.json()["errors"][0]["message"] == "invalid value: month must be in 1..12"  # type: ignore[index]
+    snap = cli(*store.args, "config", "snapshot")
+    assert snap.exit_code == 0 and "month must be in 1..12" in snap.stderr
+    changed_keys = cli(*store.args, "config", "diff", "-f", "json")
+    assert changed_keys.exit_code == 8 and "text diff" in changed_keys.stderr
+    assert cli(*store.args, "config", "diff").exit_code == 0

@@ -233,27 +233,18 @@ def diff_cmd(
 
 
 def _secrets_file(source: Path | None) -> dict[str, Any]:
-    """A mapping of dotted path -> value (flat, or nested like the config itself)."""
     if source is None:
         return {}
-    from triggerfish_cli import secrets_guard
+    from triggerfish_cli.config_rollback import parse_secret_values
     from triggerfish_cli.errors import InvalidDataError, NotFoundError
-    from triggerfish_cli.settings import parse_yaml_mapping
 
-    origin = "stdin" if str(source) == "-" else str(source)
     try:
         text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise NotFoundError(f"{source}: no such secrets file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidDataError(f"{source}: cannot read the secrets file ({exc})") from None
-    values: dict[str, Any] = {}
-    for key, value in parse_yaml_mapping(text, origin).items():
-        if isinstance(value, (dict, list)):
-            values.update(secrets_guard.leaves({key: value}))
-        else:
-            values[str(key)] = value
-    return values
+    return parse_secret_values(text, "stdin" if str(source) == "-" else str(source))
 
 
 def _ask(path: str) -> str:
