@@ -8,15 +8,20 @@ Each case is timed side by side with its physical limit:
 - listing version numbers / reading the versions  vs  the raw range query
   (plus json.loads of each value);
 - an unchanged `snapshot` (read, scan for secrets, compare)  vs  reading the
-  file and the newest value raw;
+  file, one CSafeLoader parse of it and the raw range query;
 - the secrets scan of a realistic 3 KB config  vs  parsing it (CSafeLoader);
 - a rollback (plan + apply: snapshot check, validate, atomic write, record)
   vs  an atomic file write plus one autocommitted INSERT;
-- `config history --format json` as a process  vs  a Python process running
-  the raw range query (start-up included).
+- `config history --format json` as a process  vs  `kv get --raw` as a
+  process, and vs a Python process running the raw range query.
 
-The issue names no numeric target; the targets printed are ours: within 3x
-of the raw query for reads, and within 2x of a bare Python process for the CLI.
+The issue names no numeric target; the targets printed are ours: reads
+within 3x of the raw query (plus json.loads), the scan and an unchanged
+snapshot within 5x of one CSafeLoader parse (plus the file read and the raw
+query), a rollback within 10x of one atomic write plus one INSERT, and the
+`history` process within 1.3x of the tool's own smallest command
+(`kv get --raw`). Against a bare Python process the ratio is printed for
+information only (typer's start-up is common to every command).
 
 Usage: TFBENCH_DATA=/work/main/bench/data python bench/bench_config.py
 (the 1M store is copied into bench/data/ of this checkout; the cached one is
@@ -131,7 +136,7 @@ def main() -> None:
         config.write_text(CONFIG + f"# revision {index}\n")
         cv.snapshot(provider, config, reason=f"revision {index}")
     print(f"# {db.name}: {raw.execute('SELECT count(*) FROM kv').fetchone()[0]} keys")
-    results = []
+    results: list[bool] = []
 
     def raw_keys() -> object:
         return raw.execute(
@@ -144,37 +149,40 @@ def main() -> None:
         ).fetchall()
         return [json.loads(value) for _key, value in rows]
 
+    def ms(fn: object, repeat: int) -> list[float]:
+        return [t * 1000 for t in timed(fn, repeat=repeat)]  # type: ignore[arg-type]
+
     results.append(
         report(
             "version numbers (completion)",
-            timed(lambda: cv.version_numbers(provider), repeat=200),
-            timed(raw_keys, repeat=200),
+            ms(lambda: cv.version_numbers(provider), 300),
+            ms(raw_keys, 300),
             3.0,
+            unit="ms",
         )
     )
     results.append(
         report(
             "list versions (history, core)",
-            timed(lambda: cv.list_versions(provider), repeat=200),
-            timed(raw_values, repeat=200),
+            ms(lambda: cv.list_versions(provider), 300),
+            ms(raw_values, 300),
             3.0,
+            unit="ms",
         )
     )
 
-    def raw_unchanged() -> object:
-        config.read_bytes()
-        return raw.execute(
-            "SELECT value FROM kv WHERE key >= 'config:v' AND key < 'config:w'"
-        ).fetchall()
-
-    snap = timed(lambda: cv.snapshot(provider, config), repeat=30)
-    report("snapshot, unchanged file", snap, timed(raw_unchanged, repeat=30), 50.0)
-
     import yaml
 
-    scan = timed(lambda: secrets_guard.scan(CONFIG), repeat=30)
-    parse = timed(lambda: yaml.load(CONFIG, Loader=yaml.CSafeLoader), repeat=30)
-    report("secrets scan of a 3 KB config", scan, parse, 20.0)
+    def parse_floor() -> object:
+        text = config.read_bytes().decode()
+        raw_values()
+        return yaml.load(text, Loader=yaml.CSafeLoader)
+
+    snap = ms(lambda: cv.snapshot(provider, config), 50)
+    results.append(report("snapshot, unchanged file", snap, ms(parse_floor, 50), 5.0, unit="ms"))
+    scan = ms(lambda: secrets_guard.scan(CONFIG), 50)
+    parse = ms(lambda: yaml.load(CONFIG, Loader=yaml.CSafeLoader), 50)
+    results.append(report("secrets scan of a 3 KB config", scan, parse, 5.0, unit="ms"))
 
     config.write_text(CONFIG + "# revision 9\n")
 
@@ -188,26 +196,18 @@ def main() -> None:
         raw.execute("INSERT OR REPLACE INTO kv VALUES ('bench:x', ?)", (CONFIG,))
         raw.commit()
 
-    ours = timed(rollback, repeat=20)
-    limit = timed(raw_write, repeat=20)
-    report("rollback (plan + apply)", ours, limit, 50.0)
-    print(f"{'':48} rollback p95 {p95(ours) * 1000:.1f} ms, median {median(ours) * 1000:.1f} ms")
+    ours = ms(rollback, 30)
+    limit = ms(raw_write, 30)
+    results.append(report("rollback (plan + apply)", ours, limit, 10.0, unit="ms"))
+    print(f"{'':48} rollback median {median(ours):.1f} ms, p95 {p95(ours):.1f} ms")
     raw.execute("DELETE FROM kv WHERE key = 'bench:x'")
     raw.commit()
 
     env = {**os.environ, "TRIGGERFISH_CONFIG": str(config)}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    cli = [
-        sys.executable,
-        "-m",
-        "triggerfish_cli",
-        "--db",
-        str(db),
-        "config",
-        "history",
-        "-f",
-        "json",
-    ]
+    tool = [sys.executable, "-m", "triggerfish_cli", "--db", str(db)]
+    history = [*tool, "config", "history", "-f", "json"]
+    kv_get = [*tool, "kv", "get", cv.version_key(cv.version_numbers(provider)[-1]), "--raw"]
     bare = [
         sys.executable,
         "-c",
@@ -217,20 +217,26 @@ def main() -> None:
         str(db),
     ]
     run = lambda argv: subprocess.run(argv, check=True, capture_output=True, env=env)  # noqa: E731
+    ours = ms(lambda: run(history), 15)
     results.append(
         report(
-            "config history -f json (process)",
-            timed(lambda: run(cli), repeat=10),
-            timed(lambda: run(bare), repeat=10),
-            2.0,
+            "config history -f json vs kv get --raw",
+            ours,
+            ms(lambda: run(kv_get), 15),
+            1.3,
+            unit="ms",
         )
     )
+    report(
+        "config history -f json vs bare python", ours, ms(lambda: run(bare), 15), 99.0, unit="ms"
+    )
+    print(f"{'':48} history process median {median(ours):.0f} ms, p95 {p95(ours):.0f} ms")
     provider.close()
     raw.close()
     shutil.rmtree(workdir)
     for suffix in ("", "-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
-    print("all read/CLI targets met" if all(results) else "some targets MISSED")
+    print("all targets met" if all(results) else "some targets MISSED")
 
 
 if __name__ == "__main__":
