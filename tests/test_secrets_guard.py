@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triggerfish_cli import secrets_guard as guard
+from triggerfish_cli import yaml_paths
 from triggerfish_cli.errors import InvalidDataError, RefusedError
 
 # Credential-shaped values (fake, but in the real formats).
@@ -125,8 +126,8 @@ def test_redact_masks_exactly_the_secrets_and_keeps_the_rest() -> None:
     for secret in (OPENAI, TELEGRAM, "hunter 2", GITHUB, ANTHROPIC, "oldpass", "MIIEow"):
         assert secret not in masked
     assert "# triggerfish.yaml\n" in masked and "# token: put your bot token here\n" in masked
-    before = guard.leaves(yaml.safe_load(GATEWAY_CONFIG))
-    after = guard.leaves(yaml.safe_load(masked))
+    before = yaml_paths.leaves(yaml.safe_load(GATEWAY_CONFIG))
+    after = yaml_paths.leaves(yaml.safe_load(masked))
     flagged = {f.path for f in findings if f.where == "value"}
     assert set(before) == set(after)
     for path, value in before.items():
@@ -136,7 +137,7 @@ def test_redact_masks_exactly_the_secrets_and_keeps_the_rest() -> None:
 
 def test_restore_is_byte_identical_with_the_same_values() -> None:
     masked, findings = guard.redact(GATEWAY_CONFIG)
-    values = guard.leaves(yaml.safe_load(GATEWAY_CONFIG))
+    values = yaml_paths.leaves(yaml.safe_load(GATEWAY_CONFIG))
     restored = guard.restore(masked, [f.as_record() for f in findings], values)
     # Comments keep their marker: only values are put back.
     expected = GATEWAY_CONFIG.replace(ANTHROPIC, guard.MARKER).replace("oldpass", guard.MARKER)
@@ -209,13 +210,6 @@ def test_recursive_and_exploding_aliases_are_bounded() -> None:
         guard.scan(lol)
 
 
-def test_paths_quote_awkward_keys() -> None:
-    assert (
-        guard.render_path(["groups", "group id.1", 0, "token"]) == 'groups["group id.1"][0].token'
-    )
-    assert paths('groups:\n  "a.b":\n    - token: abc\n') == ['groups["a.b"][0].token']
-
-
 _SAFE = st.text(
     alphabet=st.characters(
         min_codepoint=33, max_codepoint=0x2FF, blacklist_characters="\\\"'#:{}[],&*!|>%@`"
@@ -242,7 +236,9 @@ def test_any_value_under_a_secret_key_round_trips(secret: str, style: str, key: 
     if guard.classify(key, value) is None:
         return  # a reference or placeholder, not a secret
     masked, findings = guard.redact(text)
-    assert masked == text.replace(f"{key}: {scalar}\n", f"{key}: {guard.MARKER_TEXT}\n")
+    if value == secret:  # the scalar is exactly the rendered text (no YAML line breaks in it)
+        assert masked == text.replace(f"{key}: {scalar}\n", f"{key}: {guard.MARKER_TEXT}\n")
+    assert guard.scan(masked).findings == []
     assert yaml.safe_load(masked)["channels"]["x"] == {key: guard.MARKER, "other": 1}
     restored = guard.restore(
         masked, [f.as_record() for f in findings], {f"channels.x.{key}": value}
@@ -250,30 +246,3 @@ def test_any_value_under_a_secret_key_round_trips(secret: str, style: str, key: 
     assert yaml.safe_load(restored) == parsed
     if guard.render_scalar(value, style) == scalar:
         assert restored == text
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        GATEWAY_CONFIG,
-        "a: 😀😀\nb:\n  token: 'x😀y'\n",
-        'a: "é\\u00e9😀"\r\nb: [x, 😀y]\r\npassword: p\r\n',
-        "\ufeffa: 1\npassword: hunter2\n",
-    ],
-)
-def test_libyaml_and_pure_python_marks_agree(text: str) -> None:
-    """Spans come from libyaml when it is there: they must index the text like PyYAML's."""
-
-    def spans(loader: type) -> list[tuple[int, int]]:
-        body = text.lstrip("\ufeff")
-        offset = len(text) - len(body)
-        root = yaml.compose(body if loader is not yaml.SafeLoader else text, Loader=loader)
-        extra = offset if loader is not yaml.SafeLoader else 0
-        return [
-            (node.start_mark.index + extra, node.end_mark.index + extra)
-            for _parts, _key, node in guard.walk_scalars(root)
-        ]
-
-    assert spans(yaml.CSafeLoader) == spans(yaml.SafeLoader)
-    masked, _ = guard.redact(text)
-    assert "hunter2" not in masked and "x😀y" not in masked

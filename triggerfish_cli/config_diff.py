@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli import secrets_guard
+from triggerfish_cli import secrets_guard, yaml_paths
 from triggerfish_cli.errors import InvalidDataError
 
 #: Top-level sections of triggerfish.yaml we know: the gateway's documented
@@ -99,7 +99,7 @@ def _leaves(text: str, label: str) -> dict[str, Any]:
             f"{exc.message}; cannot list changed keys",
             hint="the text diff (without --format json) still works",
         ) from None
-    return {path: _jsonable(value) for path, value in secrets_guard.leaves(document).items()}
+    return {path: _jsonable(value) for path, value in yaml_paths.leaves(document).items()}
 
 
 def _jsonable(value: Any) -> Any:
@@ -173,7 +173,7 @@ def validate_text(text: str, origin: str, config_path: Path, *, secrets: bool = 
 
     report = Report(origin)
     try:
-        root = secrets_guard.compose(text)
+        root = yaml_paths.compose(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         report.problems.append(
@@ -202,7 +202,7 @@ def validate_text(text: str, origin: str, config_path: Path, *, secrets: bool = 
     if report.errors:
         return report
     try:
-        document = secrets_guard.load(text)
+        document = yaml_paths.load(text)
     except yaml.YAMLError as exc:  # composed fine, but a value cannot be built
         report.problems.append(Problem("error", f"invalid value: {_first_line(exc)}"))
         return report

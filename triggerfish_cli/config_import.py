@@ -85,9 +85,12 @@ def plan_import(
     *,
     redact: bool = False,
     include_older: bool = False,
+    missing_ok: bool = False,
 ) -> ImportPlan:
     """Which backup copies would be imported, and why the others would not."""
     if not directory.is_dir():
+        if missing_ok and not directory.exists():
+            return ImportPlan(directory, [])
         raise NotFoundError(f"{directory}: no such directory (the gateway's config backups)")
     found: list[Candidate] = []
     for entry in directory.iterdir():

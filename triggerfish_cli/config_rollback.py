@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli import config_diff, secrets_guard
+from triggerfish_cli import config_diff, secrets_guard, yaml_paths
 from triggerfish_cli.config_versions import (
     ConfigFile,
     Listing,
@@ -92,7 +92,8 @@ class RollbackPlan:
     def needs_snapshot(self) -> bool:
         return self.current is not None and self.current_version is None
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """The stable JSON object of ``config rollback`` (before anything is done)."""
         return {
             "config": str(self.config_path),
             "target": self.target.number,
@@ -105,6 +106,12 @@ class RollbackPlan:
             "sha256": sha256_text(self.new_text),
             "diff": self.diff,
             "warnings": self.warnings,
+            "snapshot": None,
+            "version": None,
+            "backup_copy": None,
+            "written": False,
+            "evicted": [],
+            "dry_run": dry_run,
         }
 
 
@@ -264,7 +271,7 @@ def parse_secret_values(text: str, origin: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in parse_yaml_mapping(text, origin).items():
         if isinstance(value, (dict, list)):
-            values.update(secrets_guard.leaves({key: value}))
+            values.update(yaml_paths.leaves({key: value}))
         else:
             values[str(key)] = value
     return values
@@ -279,7 +286,7 @@ def _current_values(current: ConfigFile) -> dict[str, Any]:
         return {}
     return {
         path: value
-        for path, value in secrets_guard.leaves(document).items()
+        for path, value in yaml_paths.leaves(document).items()
         if isinstance(value, (str, int, float))
         and not isinstance(value, bool)
         and value != secrets_guard.MARKER
@@ -295,9 +302,6 @@ def apply_rollback(
 
     check_reason(reason)
     result = plan.as_dict()
-    result.update(
-        {"snapshot": None, "version": None, "backup_copy": None, "written": False, "evicted": []}
-    )
     if plan.noop:
         return result
     path = plan.config_path

@@ -534,11 +534,18 @@ def default_backups_dir(config_path: Path) -> Path:
 
 def write_backup_copy(config: ConfigFile) -> Path:
     """A copy in the gateway's own format, for a file whose secrets the store cannot keep."""
+    from datetime import timedelta
+
     from triggerfish_cli.fileio import atomic_writer
+    from triggerfish_cli.serialization import utc_now
 
     directory = default_backups_dir(config.path)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    target = directory / backup_name(config.path.name, now_iso())
+    moment = utc_now()
+    target = directory / backup_name(config.path.name, to_iso(moment))
+    while target.exists():  # never replace a copy made in the same millisecond
+        moment += timedelta(milliseconds=1)
+        target = directory / backup_name(config.path.name, to_iso(moment))
     with atomic_writer(target, mode=0o600, binary=True) as handle:
         handle.write(config.text.encode("utf-8"))
     return target

@@ -34,11 +34,19 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, RefusedError
+from triggerfish_cli.yaml_paths import (
+    compose,
+    leaves,
+    load,
+    render_path,
+    scalar_reader,
+    walk_scalars,
+)
 
 MARKER = "<redacted>"
 MARKER_TEXT = '"<redacted>"'
@@ -220,107 +228,7 @@ class Scan:
         return [finding.describe() for finding in self.findings]
 
 
-def render_path(parts: list[str | int]) -> str:
-    """``["a", "b.c", 0, "d"]`` -> ``a["b.c"][0].d``."""
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif re.fullmatch(r"[^.\[\]\"'\s]+", part):
-            out += f".{part}" if out else part
-        else:
-            out += "[" + json.dumps(part, ensure_ascii=False) + "]"
-    return out
-
-
-def _key_text(node: Any) -> str:
-    import yaml
-
-    if isinstance(node, yaml.ScalarNode):
-        return str(node.value)
-    return "?"
-
-
 _STYLES = {None: "plain", "": "plain", "'": "single", '"': "double", "|": "literal", ">": "folded"}
-
-
-def compose(text: str) -> Any:
-    """The YAML node tree, with marks that index ``text`` by code point.
-
-    libyaml's marks count code points like the pure-Python loader's, except
-    that it does not count a leading byte-order mark: such (rare) texts use
-    the pure-Python loader, ten times slower.
-    """
-    import yaml
-
-    loader = yaml.SafeLoader
-    if not text.startswith("\ufeff"):
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.compose(text, Loader=loader)
-
-
-#: Most nodes a walk visits: aliases can expand a small file enormously.
-MAX_NODES = 200_000
-
-
-def _too_big() -> InvalidDataError:
-    return InvalidDataError(f"the YAML expands to more than {MAX_NODES} values (aliases)")
-
-
-def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]:
-    """Every scalar value node with its path and the key it sits under.
-
-    A recursive alias is walked once; a document whose aliases expand to
-    more than :data:`MAX_NODES` values is refused.
-    """
-    import yaml
-
-    budget = [MAX_NODES]
-
-    def walk(
-        node: Any, parts: list[str | int], key: str | None, above: frozenset[int]
-    ) -> Iterator[Any]:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _too_big()
-        if id(node) in above:
-            return
-        inner = above | {id(node)}
-        if isinstance(node, yaml.MappingNode):
-            for key_node, value_node in node.value:
-                name = _key_text(key_node)
-                yield from walk(value_node, [*parts, name], name, inner)
-        elif isinstance(node, yaml.SequenceNode):
-            # Items of `tokens: [...]` are tokens: they inherit the key, singular.
-            inherited = key[:-1] if key and key.endswith("s") else None
-            for index, item in enumerate(node.value):
-                yield from walk(item, [*parts, index], inherited, inner)
-        elif isinstance(node, yaml.ScalarNode):
-            yield parts, key, node
-
-    if root is not None:
-        yield from walk(root, [], None, frozenset())
-
-
-def scalar_reader(failures: list[Any] | None = None) -> Any:
-    """A function giving the Python value of a scalar node (str, int, float, bool, null).
-
-    A scalar YAML accepts but cannot build (a date with a 13th month) reads
-    as its text, and its node is appended to ``failures``.
-    """
-    import yaml
-
-    loader = yaml.SafeLoader("")
-
-    def read(node: Any) -> Any:
-        try:
-            return loader.construct_object(node, deep=True)
-        except (yaml.YAMLError, ValueError):
-            if failures is not None:
-                failures.append(node)
-            return node.value
-
-    return read
 
 
 def value_span(text: str, node: Any) -> tuple[int, int, str]:
@@ -467,49 +375,6 @@ def _apply(text: str, spans: list[tuple[int, int, str]]) -> str:
     for start, end, replacement in sorted(spans, reverse=True):
         out = out[:start] + replacement + out[end:]
     return out
-
-
-def leaves(document: Any) -> dict[str, Any]:
-    """Flatten a parsed document to ``{dotted path: scalar or empty container}``."""
-    flat: dict[str, Any] = {}
-    budget = [MAX_NODES]
-
-    def walk(value: Any, parts: list[str | int], above: frozenset[int]) -> None:
-        budget[0] -= 1
-        if budget[0] < 0:
-            raise _too_big()
-        if isinstance(value, (dict, list)) and value:
-            if id(value) in above:
-                flat[render_path(parts)] = "<recursive alias>"
-                return
-            inner = above | {id(value)}
-            if isinstance(value, dict):
-                for key, item in value.items():
-                    walk(item, [*parts, key if isinstance(key, str) else _scalar_key(key)], inner)
-            else:
-                for index, item in enumerate(value):
-                    walk(item, [*parts, index], inner)
-        else:
-            flat[render_path(parts)] = value
-
-    walk(document, [], frozenset())
-    return flat
-
-
-def _scalar_key(key: Any) -> str:
-    if key is None or isinstance(key, bool):
-        return json.dumps(key)
-    return str(key)
-
-
-def load(text: str) -> Any:
-    """Parse YAML; a value YAML accepts but cannot build (a 13th month) is a YAMLError too."""
-    import yaml
-
-    try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-    except ValueError as exc:
-        raise yaml.YAMLError(str(exc)) from None
 
 
 def redact(text: str, result: Scan | None = None) -> tuple[str, list[Finding]]:

@@ -278,6 +278,11 @@ def test_default_target_is_the_version_before_the_newest(
     config.write_text(BASE_CONFIG + "# third, not stored yet\n")
     plan = cli(*store.args, "config", "rollback", "--dry-run", "-f", "json").json()
     assert plan["target"] == 2 and plan["snapshot_first"] is True  # type: ignore[index]
+    done = cli(*store.args, "config", "rollback", "--yes", "-f", "json").json()
+    noop = cli(*store.args, "config", "rollback", "4", "--yes", "-f", "json").json()
+    assert set(plan) == set(done) == set(noop)  # type: ignore[arg-type]
+    assert (done["snapshot"], done["version"], done["written"]) == (3, 4, True)  # type: ignore[index]
+    assert (noop["changed"], noop["written"], noop["version"]) == (False, False, None)  # type: ignore[index]
 
 
 def test_rollback_asks_on_a_tty_and_needs_yes_otherwise(
@@ -673,10 +678,18 @@ def test_import_keeps_only_what_fits_the_window(
     assert versions(store)[1]["createdAt"] == "2026-02-03T00:00:00.000Z"
 
 
-def test_import_without_a_backups_directory_is_exit_3(
-    cli: CliFn, store: StoreHandle, config: Path
+def test_import_without_a_backups_directory(
+    cli: CliFn, store: StoreHandle, config: Path, tmp_path: Path
 ) -> None:
-    assert cli(*store.args, "config", "import-backups").exit_code == 3
+    # The default directory not there yet (cron before the gateway's first write): nothing to do.
+    quiet = cli(*store.args, "config", "import-backups", "-f", "json")
+    assert quiet.exit_code == 0
+    assert quiet.json() == {  # type: ignore[comparison-overlap]
+        "dir": str(config.parent / "backups"), "imported": [], "skipped": [],
+        "evicted": [], "dry_run": False,
+    }  # fmt: skip
+    named = cli(*store.args, "config", "import-backups", "--dir", str(tmp_path / "typo"))
+    assert named.exit_code == 3 and "typo" in named.stderr
 
 
 # -- validate ---------------------------------------------------------------------------------

@@ -312,7 +312,7 @@ def rollback_cmd(
         out.warn(warning)
     path, number = st.config_path, plan.target.number
     if plan.noop:
-        _report(out, {**plan.as_dict(), "dry_run": dry_run}, f"{path} already is v{number}")
+        _report(out, plan.as_dict(dry_run=dry_run), f"{path} already is v{number}")
         return
     if plan.secrets_missing:
         out.info(f"v{number} needs values for {', '.join(plan.secrets_missing)}")
@@ -320,9 +320,7 @@ def rollback_cmd(
         if out.fmt == "table":
             out.diff(plan.diff)
         first = "snapshot the current file, then " if plan.needs_snapshot else ""
-        _report(
-            out, {**plan.as_dict(), "dry_run": True}, f"would {first}roll {path} back to v{number}"
-        )
+        _report(out, plan.as_dict(dry_run=True), f"would {first}roll {path} back to v{number}")
         return
     if not out.quiet and out.fmt == "table":
         out.diff(plan.diff, err=True)
@@ -334,11 +332,7 @@ def rollback_cmd(
         out.info(
             f"it held plain-text secrets the store does not keep: copied to {result['backup_copy']}"
         )
-    _report(
-        out,
-        {**result, "dry_run": False},
-        f"rolled {path} back to v{number} (recorded as v{result['version']})",
-    )
+    _report(out, result, f"rolled {path} back to v{number} (recorded as v{result['version']})")
 
 
 @app.command("import-backups")
@@ -375,7 +369,12 @@ def import_cmd(
     provider = _provider(st, out)
     where = directory or default_backups_dir(st.config_path)
     plan = config_import.plan_import(
-        provider, where, st.config_path.name, redact=redact, include_older=include_older
+        provider,
+        where,
+        st.config_path.name,
+        redact=redact,
+        include_older=include_older,
+        missing_ok=directory is None,  # the gateway has not written a config yet
     )
     if dry_run:
         evicted = config_import.predicted_evictions(provider, plan)
@@ -402,7 +401,7 @@ def import_cmd(
         )
     count = len(plan.to_import)
     out.info(
-        f"{verb} {count} copy(ies) from {where}"
+        f"{verb} {count} {'copy' if count == 1 else 'copies'} from {where}"
         + (f"; removed {', '.join(f'v{n}' for n in evicted)}" if evicted else "")
     )
 
