@@ -344,6 +344,9 @@ def apply_rollback(
                 reason=reason or f"rollback to v{plan.target.number}",
                 restored_from=plan.target.number,
                 target=str(path),
+                audit_details={"backupCopy": result["backup_copy"]}
+                if result["backup_copy"]
+                else None,
             )
         except TriggerfishError as exc:
             raise type(exc)(

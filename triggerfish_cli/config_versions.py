@@ -362,6 +362,7 @@ def store_version(
     restored_from: int | None = None,
     imported_from: str | None = None,
     target: str | None = None,
+    audit_details: dict[str, Any] | None = None,
 ) -> tuple[Version, list[int]]:
     """Write ``text`` (already free of secrets) as the next version; evict beyond :data:`KEEP`.
 
@@ -402,6 +403,7 @@ def store_version(
         details["importedFrom"] = imported_from
     if evicted:
         details["evicted"] = evicted
+    details.update(audit_details or {})
     audit.record(
         provider,
         f"config_{source}",

@@ -581,6 +581,12 @@ def test_rollback_over_a_file_with_secrets_snapshots_it_redacted_and_keeps_a_cop
     assert len(copies) == 1 and backup_time(copies[0].name, "triggerfish.yaml") is not None
     assert copies[0].read_text() == WITH_SECRETS and copies[0].stat().st_mode & 0o777 == 0o600
     assert versions(store)[2]["redacted"] and versions(store)[3]["restoredFrom"] == 1
+    audit = [json.loads(v) for k, v in contents(store).items() if k.startswith("audit:")]
+    assert audit[-1]["hook"] == "admin_config_rollback"
+    assert audit[-1]["backupCopy"] == str(copies[0])
+    assert audit[-2]["redacted"] == [
+        "channels.telegram.botToken", "channels.slack.signingSecret", "channels.email.smtpPassword",
+    ]  # fmt: skip
     assert_no_secrets(store, refused, result)
 
 

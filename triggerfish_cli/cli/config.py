@@ -71,8 +71,10 @@ def _provider(st: AppState, out: Output) -> StorageProvider:
                 hint="its storage: section cannot be read; pass --db PATH or --backend "
                 "to name the store holding the versions",
             ) from None
-        out.warn(f"{exc.message}; using the store named without it")
         st._settings = Settings(st.config_path)  # no sections: --db, --backend or the default
+        provider = st.provider()
+        out.warn(f"{exc.message}; working on {provider.describe()} without it")
+        return provider
     return st.provider()
 
 
