@@ -10,9 +10,9 @@ masked diff, and whether the current file must be snapshotted first.
 refuses if it changed since the plan; snapshots it if it is not already a
 version; keeps a gateway-style copy in ``backups/`` when the file holds
 plain-text secrets the store does not keep; writes the new text atomically
-(temp file, fsync, rename) with the file's mode; and records the rollback as
-a new version. History is never rewritten. A failed write leaves the old
-file exactly as it was.
+(temp file, fsync, rename) with the file's mode, through a symlink to its
+target; and records the rollback as a new version. History is never
+rewritten. A failed write leaves the old file exactly as it was.
 """
 
 from __future__ import annotations
@@ -328,7 +328,9 @@ def apply_rollback(
         try:
             if plan.current is not None and plan.current_findings:
                 result["backup_copy"] = str(write_backup_copy(plan.current))
-            with atomic_writer(path, mode=mode, binary=True) as handle:
+            # A symlinked config (kept in git elsewhere) stays a link: write its target.
+            destination = path.resolve() if path.is_symlink() else path
+            with atomic_writer(destination, mode=mode, binary=True) as handle:
                 handle.write(plan.new_text.encode("utf-8"))
         except TriggerfishError as exc:
             raise TriggerfishError(

@@ -410,6 +410,22 @@ def test_a_file_changed_after_the_plan_is_not_overwritten(config: Path) -> None:
     assert config_versions.version_numbers(provider) == [1]
 
 
+def test_a_symlinked_config_stays_a_symlink(
+    cli: CliFn, store: StoreHandle, config: Path, tmp_path: Path
+) -> None:
+    real = tmp_path / "git" / "triggerfish.yaml"
+    real.parent.mkdir()
+    real.write_text(BASE_CONFIG)
+    real.chmod(0o600)
+    config.unlink()
+    config.symlink_to(real)
+    ok(cli(*store.args, "config", "snapshot"))
+    real.write_text(BASE_CONFIG + "# edited in git\n")
+    ok(cli(*store.args, "config", "rollback", "--yes"))
+    assert config.is_symlink() and config.resolve() == real
+    assert real.read_text() == BASE_CONFIG and real.stat().st_mode & 0o777 == 0o600
+
+
 def test_rollback_recreates_a_deleted_file(cli: CliFn, store: StoreHandle, config: Path) -> None:
     ok(cli(*store.args, "config", "snapshot"))
     config.unlink()
