@@ -783,7 +783,7 @@ def test_validate_runs_every_registered_section_validator(
 
 def test_config_is_in_the_root_listing(cli: CliFn) -> None:
     listing = cli("--help").stdout
-    assert "config" in listing and "Versions of triggerfish.yaml" in listing
+    assert "config" in listing and "Versions of triggerfish.yaml, and rollback." in listing
 
 
 def test_the_installed_script_rolls_back(tmp_path: Path, config: Path) -> None:

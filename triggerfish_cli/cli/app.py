@@ -26,10 +26,7 @@ PROG = "triggerfish-admin"
 GROUPS: dict[str, tuple[str, str]] = {
     "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
     "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
-    "config": (
-        "triggerfish_cli.cli.config",
-        "Versions of triggerfish.yaml: history, diff, rollback.",
-    ),
+    "config": ("triggerfish_cli.cli.config", "Versions of triggerfish.yaml, and rollback."),
 }
 
 

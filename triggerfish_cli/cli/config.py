@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 app = sub_app(
     "config",
-    "Versions of triggerfish.yaml: history, diff, rollback.\n\n"
+    "Versions of triggerfish.yaml, and rollback.\n\n"
     "Versions live in the store as config:v<N> (the 10 newest are kept). The file is the "
     "global --config (default <base>/triggerfish.yaml). Plain-text secrets are never stored: "
     "they are refused, or masked with --redact.",
