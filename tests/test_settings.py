@@ -68,3 +68,11 @@ def test_config_without_storage_does_not_import_yaml(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_yaml_values_that_cannot_be_built_are_invalid_data() -> None:
+    from triggerfish_cli.errors import InvalidDataError
+    from triggerfish_cli.settings import parse_yaml_mapping
+
+    with pytest.raises(InvalidDataError, match=r"month must be in 1\.\.12"):
+        parse_yaml_mapping("since: 2026-13-45\n", "t.yaml")

@@ -110,6 +110,8 @@ def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
         raise InvalidDataError(f"{origin}: invalid YAML: {where}{exc.problem}") from None
     except yaml.YAMLError as exc:
         raise InvalidDataError(f"{origin}: invalid YAML: {exc}") from None
+    except ValueError as exc:  # YAML that parses but cannot be built: a 13th month
+        raise InvalidDataError(f"{origin}: invalid value in YAML: {exc}") from None
     if document is None:
         return {}
     if not isinstance(document, dict):

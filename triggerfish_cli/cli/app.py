@@ -27,6 +27,7 @@ COMPLETE_VAR = "_TRIGGERFISH_ADMIN_COMPLETE"
 GROUPS: dict[str, tuple[str, str]] = {
     "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
     "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
+    "config": ("triggerfish_cli.cli.config", "Versions of triggerfish.yaml, and rollback."),
     "help": (
         "triggerfish_cli.cli.help",
         "Show help for a command, or the whole command tree as JSON.",

@@ -225,6 +225,28 @@ class Output:
             pairs, [Column("field", "field"), Column("value", "value")], title=None, footer=None
         )
 
+    def diff(self, text: str, *, err: bool = False) -> None:
+        """A unified diff, exact; coloured only when its stream is a TTY (and colour is on)."""
+        stream = self.stderr if err else self.stdout
+        if not (self.color and _isatty(stream)):
+            stream.write(text)
+            stream.flush()
+            return
+        from rich.text import Text
+
+        console = self._console(stream)
+        for line in text.splitlines():
+            style = ""
+            if line.startswith(("+++", "---")):
+                style = "bold"
+            elif line.startswith("+"):
+                style = "green"
+            elif line.startswith("-"):
+                style = "red"
+            elif line.startswith("@@"):
+                style = "cyan"
+            console.print(Text(line, style=style), soft_wrap=True)
+
     # -- messages on stderr -------------------------------------------------
 
     def info(self, message: str) -> None:

@@ -1,0 +1,361 @@
+"""Rolling ``triggerfish.yaml`` back to a stored version: a plan, then a careful apply.
+
+:func:`plan_rollback` reads everything and decides everything, writing
+nothing: the target (default: the newest version that differs from the
+file, i.e. the version before the newest once the file is the newest), the
+text to write with any redacted secrets supplied again, its validation, the
+masked diff, and whether the current file must be snapshotted first.
+
+:func:`apply_rollback` then, under the config lock: re-reads the file and
+refuses if it changed since the plan; snapshots it if it is not already a
+version; keeps a gateway-style copy in ``backups/`` when the file holds
+plain-text secrets the store does not keep; writes the new text atomically
+(temp file, fsync, rename) with the file's mode, through a symlink to its
+target; and records the rollback as a new version. History is never
+rewritten. A failed write leaves the old file exactly as it was.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli import config_diff, secrets_guard, yaml_paths
+from triggerfish_cli.config_versions import (
+    ConfigFile,
+    Listing,
+    Version,
+    config_lock,
+    get_version,
+    list_versions,
+    read_config,
+    refuse_secrets,
+    sha256_text,
+    store_version,
+    write_backup_copy,
+)
+from triggerfish_cli.errors import (
+    BusyError,
+    InvalidDataError,
+    NotFoundError,
+    RefusedError,
+    TriggerfishError,
+)
+from triggerfish_cli.storage.provider import StorageProvider
+
+#: Mode of a config file the rollback creates (it was missing): owner only.
+NEW_FILE_MODE = 0o600
+
+
+@dataclass
+class SecretSupply:
+    """Where the values of a redacted version come from, in this order."""
+
+    #: Given by the operator (``--secrets-file``): dotted path -> value.
+    values: Mapping[str, Any] = field(default_factory=dict)
+    #: Take the value at the same path in the current file (``--secrets-from-current``).
+    from_current: bool = False
+    #: Ask for each still-missing value (hidden input on a TTY); None: never ask.
+    prompt: Callable[[str], str] | None = None
+
+
+@dataclass
+class RollbackPlan:
+    config_path: Path
+    target: Version
+    current: ConfigFile | None
+    #: The version the file on disk already is (masked comparison), if any.
+    current_version: int | None
+    new_text: str
+    #: What the rollback's own version will hold (new_text, secrets masked).
+    record_text: str
+    record_redactions: list[secrets_guard.Finding]
+    #: Plain-text secrets in the current file (masked in its snapshot).
+    current_findings: list[secrets_guard.Finding]
+    diff: str
+    changes: list[dict[str, Any]] | None
+    warnings: list[str]
+    supplied: list[str]
+    #: Redacted paths no value was found for (dry runs only: a real run refuses).
+    secrets_missing: list[str] = field(default_factory=list)
+    #: What the snapshot of the current file taken first will hold.
+    snapshot_text: str = ""
+    snapshot_redactions: list[secrets_guard.Finding] = field(default_factory=list)
+
+    @property
+    def noop(self) -> bool:
+        return self.current is not None and self.current.text == self.new_text
+
+    @property
+    def needs_snapshot(self) -> bool:
+        return self.current is not None and self.current_version is None
+
+    def as_dict(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """The stable JSON object of ``config rollback`` (before anything is done)."""
+        return {
+            "config": str(self.config_path),
+            "target": self.target.number,
+            "from_version": self.current_version,
+            "changed": not self.noop,
+            "snapshot_first": self.needs_snapshot and not self.noop,
+            "secrets_supplied": [p for p in self.supplied if p not in self.secrets_missing],
+            "secrets_missing": self.secrets_missing,
+            "bytes": len(self.new_text.encode("utf-8")),
+            "sha256": sha256_text(self.new_text),
+            "diff": self.diff,
+            "warnings": self.warnings,
+            "snapshot": None,
+            "version": None,
+            "backup_copy": None,
+            "written": False,
+            "evicted": [],
+            "dry_run": dry_run,
+        }
+
+
+def default_target(listing: Listing, current_sha: str | None) -> Version:
+    """The newest version that differs from the file on disk."""
+    for version in reversed(listing.versions):
+        if version.sha256 != current_sha:
+            return version
+    if not listing.versions:
+        raise NotFoundError("no config versions stored", hint="run `config snapshot` first")
+    raise NotFoundError(
+        "every stored version equals the file on disk: nothing to roll back to",
+        hint="see `config history`",
+    )
+
+
+def plan_rollback(
+    provider: StorageProvider,
+    config_path: Path,
+    target: int | None = None,
+    *,
+    supply: SecretSupply | None = None,
+    redact: bool = False,
+    dry_run: bool = False,
+) -> RollbackPlan:
+    """Decide everything a rollback will do; write nothing.
+
+    Refuses (exit 4) when the current file holds plain-text secrets and must
+    be snapshotted without ``redact``, or when the target's redacted values
+    are not supplied (a dry run lists them in ``secrets_missing`` instead);
+    exit 8 when the text to write is not valid.
+    """
+    supply = supply or SecretSupply()
+    listing = list_versions(provider)
+    current = read_config(config_path, missing_ok=True)
+    masked_current = current.masked() if current is not None else None
+    current_sha = sha256_text(masked_current) if masked_current is not None else None
+    version = (
+        get_version(provider, target)
+        if target is not None
+        else default_target(listing, current_sha)
+    )
+    matching = listing.by_sha(current_sha) if current_sha is not None else None
+    current_version = matching.number if matching is not None else None
+    current_findings = secrets_guard.scan(current.text).findings if current is not None else []
+
+    values, supplied, missing = _gather_secrets(version, current, supply, dry_run)
+    new_text = secrets_guard.restore(version.yaml, list(version.redacted), values)
+    report = config_diff.check_writable(new_text, config_path, f"v{version.number}")
+    warnings = [f"v{version.number}: {problem}" for problem in report.warnings]
+
+    record_scan = secrets_guard.scan(new_text)
+    extra = [f for f in record_scan.findings if f.describe() not in set(supplied)]
+    if extra and not redact:
+        refuse_secrets(extra, f"v{version.number}")
+    record_text, record_redactions = secrets_guard.redact(new_text, record_scan)
+
+    plan = RollbackPlan(
+        config_path=config_path,
+        target=version,
+        current=current,
+        current_version=current_version,
+        new_text=new_text,
+        record_text=record_text,
+        record_redactions=record_redactions,
+        current_findings=current_findings,
+        diff="",
+        changes=None,
+        warnings=warnings,
+        supplied=supplied,
+        secrets_missing=missing,
+    )
+    if plan.needs_snapshot and not plan.noop:
+        assert current is not None
+        if current_findings and not redact:
+            refuse_secrets(current_findings, f"{config_path} (snapshotted before the rollback)")
+        plan.snapshot_text, plan.snapshot_redactions = secrets_guard.redact(current.text)
+    shown_current = masked_current if masked_current is not None else ""
+    shown_new = secrets_guard.display_mask(new_text)
+    label = (
+        f"{config_path.name} (on disk)" if current is not None else f"{config_path.name} (missing)"
+    )
+    plan.diff = config_diff.unified(shown_current, shown_new, label, f"v{version.number}")
+    try:
+        plan.changes = config_diff.changes(shown_current, shown_new, label, f"v{version.number}")
+    except InvalidDataError:
+        plan.changes = None  # the current file is not valid YAML: the text diff says it all
+    before, after = _section(masked_current, "storage"), _section(shown_new, "storage")
+    if current is not None and _UNREADABLE not in (before, after) and before != after:
+        plan.warnings.append(
+            "the storage: section changes: after the rollback this tool may open a different "
+            "store than the one holding these versions"
+        )
+    return plan
+
+
+_UNREADABLE = object()
+
+
+def _section(text: str | None, name: str) -> Any:
+    if text is None:
+        return None
+    try:
+        from triggerfish_cli.settings import parse_yaml_mapping
+
+        return parse_yaml_mapping(text, "config").get(name)
+    except InvalidDataError:
+        return _UNREADABLE
+
+
+def _gather_secrets(
+    version: Version, current: ConfigFile | None, supply: SecretSupply, dry_run: bool
+) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Values for the target's redacted paths: given, from the current file, or asked for.
+
+    Returns the values, the paths, and (dry run only) the paths still missing,
+    which keep the marker.
+    """
+    wanted = secrets_guard.needed(list(version.redacted))
+    if not wanted:
+        return {}, [], []
+    values: dict[str, Any] = {}
+    for path in wanted:
+        if path in supply.values:
+            values[path] = supply.values[path]
+    if supply.from_current and current is not None:
+        from_file = _current_values(current)
+        for path in wanted:
+            if path not in values and path in from_file:
+                values[path] = from_file[path]
+    if supply.prompt is not None and not dry_run:
+        for path in wanted:
+            if path not in values:
+                answer = supply.prompt(path)
+                if answer != "":
+                    values[path] = answer
+    missing = [path for path in wanted if path not in values]
+    if missing and dry_run:
+        values.update({path: secrets_guard.MARKER for path in missing})
+    elif missing:
+        raise RefusedError(
+            f"v{version.number} was stored with redacted values at {', '.join(missing)}; "
+            "they must be supplied again",
+            hint="--secrets-from-current, --secrets-file FILE, or run it on a TTY to be asked",
+        )
+    return values, wanted, missing
+
+
+def parse_secret_values(text: str, origin: str) -> dict[str, Any]:
+    """A secrets file: dotted path -> value, flat or nested like the config itself.
+
+    ``channels.telegram.botToken: ...`` and ``channels: {telegram: {botToken: ...}}``
+    mean the same. Parse errors name line and column, never a value.
+    """
+    from triggerfish_cli.settings import parse_yaml_mapping
+
+    values: dict[str, Any] = {}
+    for key, value in parse_yaml_mapping(text, origin).items():
+        if isinstance(value, (dict, list)):
+            values.update(yaml_paths.leaves({key: value}))
+        else:
+            values[str(key)] = value
+    return values
+
+
+def _current_values(current: ConfigFile) -> dict[str, Any]:
+    from triggerfish_cli.settings import parse_yaml_mapping
+
+    try:
+        document = parse_yaml_mapping(current.text, str(current.path))
+    except InvalidDataError:
+        return {}
+    return {
+        path: value
+        for path, value in yaml_paths.leaves(document).items()
+        if isinstance(value, (str, int, float))
+        and not isinstance(value, bool)
+        and value != secrets_guard.MARKER
+    }
+
+
+def apply_rollback(
+    provider: StorageProvider, plan: RollbackPlan, *, reason: str | None = None
+) -> dict[str, Any]:
+    """Carry out a plan (see the module docstring); the result as a JSON-able object."""
+    from triggerfish_cli.config_versions import check_reason
+    from triggerfish_cli.fileio import atomic_writer
+
+    check_reason(reason)
+    result = plan.as_dict()
+    if plan.noop:
+        return result
+    path = plan.config_path
+    with config_lock(path):
+        now = read_config(path, missing_ok=True)
+        before = plan.current.text if plan.current is not None else None
+        if (now.text if now is not None else None) != before:
+            raise BusyError(
+                f"{path} changed since the rollback was planned; nothing was written",
+                hint="run the rollback again to see the new diff",
+            )
+        if plan.current is not None and plan.needs_snapshot:
+            snap, evicted = store_version(
+                provider,
+                plan.snapshot_text,
+                source="snapshot",
+                redacted=plan.snapshot_redactions,
+                reason=f"before rollback to v{plan.target.number}",
+                target=str(path),
+            )
+            result["snapshot"] = snap.number
+            result["evicted"] += evicted
+        mode = plan.current.mode if plan.current is not None else NEW_FILE_MODE
+        try:
+            if plan.current is not None and plan.current_findings:
+                result["backup_copy"] = str(write_backup_copy(plan.current))
+            # A symlinked config (kept in git elsewhere) stays a link: write its target.
+            destination = path.resolve() if path.is_symlink() else path
+            with atomic_writer(destination, mode=mode, binary=True) as handle:
+                handle.write(plan.new_text.encode("utf-8"))
+        except TriggerfishError as exc:
+            raise TriggerfishError(
+                f"rollback not written: {exc.message}; {path} is unchanged"
+            ) from None
+        result["written"] = True
+        try:
+            version, evicted = store_version(
+                provider,
+                plan.record_text,
+                source="rollback",
+                redacted=plan.record_redactions,
+                reason=reason or f"rollback to v{plan.target.number}",
+                restored_from=plan.target.number,
+                target=str(path),
+                audit_details={"backupCopy": result["backup_copy"]}
+                if result["backup_copy"]
+                else None,
+            )
+        except TriggerfishError as exc:
+            raise type(exc)(
+                f"{path} was rolled back to v{plan.target.number}, but recording it as a "
+                f"version failed: {exc.message}",
+                hint="run `config snapshot --reason 'rollback'` once the store is reachable",
+            ) from None
+    result["version"] = version.number
+    result["evicted"] += evicted
+    return result
