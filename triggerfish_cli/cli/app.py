@@ -26,6 +26,7 @@ PROG = "triggerfish-admin"
 GROUPS: dict[str, tuple[str, str]] = {
     "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
     "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
+    "memory": ("triggerfish_cli.cli.memory", "Search and manage agent memories at a chosen taint."),
 }
 
 
