@@ -18,7 +18,7 @@ from tests.helpers.memories import (
     mkey,
     write_memory_store,
 )
-from triggerfish_cli import memory
+from triggerfish_cli import memory, memory_upkeep
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError, UsageError
 from triggerfish_cli.memory import Malformed, MemoryRecord, parse_record, split_key
@@ -200,6 +200,14 @@ def test_history_lists_visible_versions_including_deleted(provider: BaseStorage)
         (SLACK, "INTERNAL", "current"),
     ]
     assert memory.history(provider, "merger", taint=CONF, agent=None) == []
+    [broken] = memory.history(provider, "broken", taint=PUB, agent=MAIN)
+    row = broken.as_dict()
+    assert set(row) == set(names[0].as_dict())  # one shape for every row
+    assert (row["status"], row["reason"], row["content"]) == (
+        "malformed",
+        "value is not valid JSON",
+        None,
+    )
 
 
 # -- save ---------------------------------------------------------------------------------
@@ -321,14 +329,14 @@ def test_audit_of_changes_and_reads_above_public_without_content(provider: BaseS
 
 
 def test_stats_count_only_visible_levels(provider: BaseStorage) -> None:
-    public = memory.stats(provider, taint=PUB).as_dict()
+    public = memory_upkeep.stats(provider, taint=PUB).as_dict()
     assert public["levels"] == ["PUBLIC"]
     assert public["rows"] == [
         {"agent": MAIN, "level": "PUBLIC", "live": 2, "deleted": 1, "shadowed": 0},
         {"agent": CRON, "level": "PUBLIC", "live": 1, "deleted": 0, "shadowed": 0},
     ]
     assert public["malformed"] == 2
-    full = memory.stats(provider, taint=RES).as_dict()
+    full = memory_upkeep.stats(provider, taint=RES).as_dict()
     assert (full["live"], full["deleted"], full["malformed"]) == (10, 3, 3)
     assert full["shadowed"] == 3  # user-name at PUBLIC, INTERNAL and CONFIDENTIAL
     if provider.backend == "sqlite":
@@ -344,19 +352,19 @@ def test_stats_count_only_visible_levels(provider: BaseStorage) -> None:
 
 
 def test_parse_duration() -> None:
-    assert memory.parse_duration("30d") == timedelta(days=30)
-    assert memory.parse_duration("1d12h") == timedelta(hours=36)
-    assert memory.parse_duration("2w") == timedelta(weeks=2)
-    assert memory.parse_duration("45s") == timedelta(seconds=45)
+    assert memory_upkeep.parse_duration("30d") == timedelta(days=30)
+    assert memory_upkeep.parse_duration("1d12h") == timedelta(hours=36)
+    assert memory_upkeep.parse_duration("2w") == timedelta(weeks=2)
+    assert memory_upkeep.parse_duration("45s") == timedelta(seconds=45)
     for bad in ("", "30", "d", "1.5d", "-3d", "30 days", "3y"):
         with pytest.raises(UsageError):
-            memory.parse_duration(bad)
+            memory_upkeep.parse_duration(bad)
 
 
 def test_purge_plan_is_visible_soft_deleted_and_old_enough(provider: BaseStorage) -> None:
     def planned(taint: Level, age: str) -> list[str]:
-        plan = memory.plan_purge(
-            provider, memory.parse_duration(age), taint=taint, agent=None, now=NOW
+        plan = memory_upkeep.plan_purge(
+            provider, memory_upkeep.parse_duration(age), taint=taint, agent=None, now=NOW
         )
         return [key for key, _ in plan.items]
 
@@ -370,11 +378,11 @@ def test_purge_plan_is_visible_soft_deleted_and_old_enough(provider: BaseStorage
 
 def test_purge_deletes_exactly_the_unchanged_planned_records(provider: BaseStorage) -> None:
     before = memories(provider)
-    plan = memory.plan_purge(provider, timedelta(0), taint=RES, agent=MAIN, now=NOW)
+    plan = memory_upkeep.plan_purge(provider, timedelta(0), taint=RES, agent=MAIN, now=NOW)
     assert plan.count == 3
     rewritten = mkey(MAIN, "PUBLIC", "old-fact")
     provider.set(rewritten, before[rewritten].replace("Prefers tea", "Prefers green tea"))
-    assert memory.purge(provider, plan) == 2
+    assert memory_upkeep.purge(provider, plan) == 2
     after = memories(provider)
     gone = {key for key, _ in plan.items} - {rewritten}
     assert set(before) - set(after) == gone

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.gateway import memory_record, write_gateway_store
-from triggerfish_cli import memory
+from triggerfish_cli import memory, memory_upkeep
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import NotFoundError
 from triggerfish_cli.storage.in_memory import MemoryStorage
@@ -98,9 +98,11 @@ def observe(provider: BaseStorage, taint: Level) -> dict[str, Any]:
             result.stale,
             result.malformed,
         )
-    stats = memory.stats(provider, taint=taint).as_dict()
+    stats = memory_upkeep.stats(provider, taint=taint).as_dict()
     seen["stats"] = stats
-    plan = memory.plan_purge(provider, memory.parse_duration("0s"), taint=taint, agent=None)
+    plan = memory_upkeep.plan_purge(
+        provider, memory_upkeep.parse_duration("0s"), taint=taint, agent=None
+    )
     seen["purge"] = plan.as_dict(0, True) | {"cutoff": None}
     return seen
 
@@ -148,7 +150,7 @@ def test_search_agrees_with_get(spec: dict[Any, Any], word: str, limit: int) -> 
     with tempfile.TemporaryDirectory() as tmp:
         gateway = sqlite_store(Path(tmp), "gw.db", rows, indexed)  # with the gateway's gaps
         reindexed = sqlite_store(Path(tmp), "re.db", rows, indexed)
-        memory.reindex(reindexed, taint=Level.RESTRICTED)
+        memory_upkeep.reindex(reindexed, taint=Level.RESTRICTED)
         for taint in Level:
             expected = visible_matches(gateway, word, taint)
             for provider, complete in (
@@ -185,5 +187,5 @@ def test_property_store_shapes_are_gateway_shapes(tmp_path: Path) -> None:
     assert conn.execute("SELECT agent_id, classification, key FROM memory_meta").fetchall() == [
         ("main-session", "INTERNAL", "name")
     ]
-    assert memory.reindex(provider, taint=Level.RESTRICTED, dry_run=True).missing == 1
+    assert memory_upkeep.reindex(provider, taint=Level.RESTRICTED, dry_run=True).missing == 1
     provider.close()

@@ -10,7 +10,7 @@ import pytest
 
 from tests.helpers.gateway import KV_SQL, dump_tables, memory_record, write_gateway_store
 from tests.helpers.memories import CRON, MAIN, current_rows, mkey, write_memory_store
-from triggerfish_cli import memory
+from triggerfish_cli import memory, memory_upkeep
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.memory_index import SearchResult, fts_query, split_snippet
@@ -176,14 +176,14 @@ def test_stale_and_unindexed_records_until_reindex(tmp_path: Path) -> None:
     assert found(stale) == [] and stale.stale == 1  # kv no longer says "inbox"
     assert found(find(provider, "calendar", INT)) == []  # the new text was never indexed
     assert found(find(provider, "digest", PUB, agent=CRON)) == []  # cron runs are never indexed
-    check = memory.reindex(provider, taint=RES, dry_run=True)
+    check = memory_upkeep.reindex(provider, taint=RES, dry_run=True)
     assert (check.missing, check.stale, check.orphaned, check.fixed) == (2, 1, 0, 0)
-    fixed = memory.reindex(provider, taint=RES)
+    fixed = memory_upkeep.reindex(provider, taint=RES)
     assert fixed.fixed == 3
     assert found(find(provider, "calendar", INT)) == [(MAIN, "trigger:instructions", "INTERNAL")]
     assert found(find(provider, "inbox", INT)) == []
     assert found(find(provider, "digest", PUB, agent=CRON)) == [(CRON, "digest", "PUBLIC")]
-    again = memory.reindex(provider, taint=RES, dry_run=True)
+    again = memory_upkeep.reindex(provider, taint=RES, dry_run=True)
     assert again.to_fix == 0 and again.in_sync == again.records == 10
     provider.close()
 
@@ -208,10 +208,10 @@ def test_orphaned_duplicate_and_malformed_index_rows(tmp_path: Path) -> None:
     assert find(provider, "globex", CONF).malformed == []  # above the taint: never named
     broken = find(provider, "globex", RES)
     assert found(broken) == [] and broken.malformed == [mkey(MAIN, "RESTRICTED", "merger")]
-    drift = memory.reindex(provider, taint=RES, dry_run=True)
+    drift = memory_upkeep.reindex(provider, taint=RES, dry_run=True)
     assert (drift.orphaned, drift.duplicates) == (2, 1)  # user-name PUBLIC and the merger
-    memory.reindex(provider, taint=RES)
-    assert memory.reindex(provider, taint=RES, dry_run=True).to_fix == 0
+    memory_upkeep.reindex(provider, taint=RES)
+    assert memory_upkeep.reindex(provider, taint=RES, dry_run=True).to_fix == 0
     assert sqlite3.connect(path).execute(
         "SELECT count(*) FROM memory_fts WHERE key = 'café'"
     ).fetchone() == (1,)
@@ -225,12 +225,12 @@ def test_reindex_touches_only_visible_levels(tmp_path: Path) -> None:
     conn.execute("DELETE FROM memory_meta")
     conn.commit()
     provider = SqliteStorage(path)
-    drift = memory.reindex(provider, taint=INT)
+    drift = memory_upkeep.reindex(provider, taint=INT)
     assert drift.levels == (PUB, INT) and drift.fixed == 7
     levels = {row[0] for row in conn.execute("SELECT classification FROM memory_meta")}
     assert levels == {"PUBLIC", "INTERNAL"}
-    assert memory.reindex(provider, taint=INT, dry_run=True).to_fix == 0
-    assert memory.reindex(provider, taint=RES, dry_run=True).missing == 3
+    assert memory_upkeep.reindex(provider, taint=INT, dry_run=True).to_fix == 0
+    assert memory_upkeep.reindex(provider, taint=RES, dry_run=True).missing == 3
     provider.close()
     conn.close()
 
@@ -247,10 +247,10 @@ def test_without_index_tables_search_scans_and_reindex_creates_them(tmp_path: Pa
     memory.save_memory(provider, "new", "brand new words", taint=PUB, agent=MAIN)
     assert "memory_fts" not in provider.tables()  # a save does not make a partial index
     before = dump_tables(path)["kv"]
-    check = memory.reindex(provider, taint=RES, dry_run=True)
+    check = memory_upkeep.reindex(provider, taint=RES, dry_run=True)
     assert check.tables_missing and check.missing == 11
     assert "memory_fts" not in provider.tables()
-    memory.reindex(provider, taint=RES)
+    memory_upkeep.reindex(provider, taint=RES)
     schema = dict(conn.execute("SELECT name, sql FROM sqlite_master WHERE name LIKE 'memory_%'"))
     gateway = sqlite3.connect(write_gateway_store(tmp_path / "gw.db"))
     assert schema == dict(
@@ -266,7 +266,7 @@ def test_without_index_tables_search_scans_and_reindex_creates_them(tmp_path: Pa
 
 def test_scan_and_sqlite_index_give_the_same_results(tmp_path: Path) -> None:
     sqlite = SqliteStorage(write_memory_store(tmp_path / "gw.db"))
-    memory.reindex(sqlite, taint=RES)
+    memory_upkeep.reindex(sqlite, taint=RES)
     scan = MemoryStorage(dict(sqlite.scan("memory:")))
     for taint in Level:
         for text in ("alice", "name", "plan work", "oslo", "digest", "calendar", "persona"):
@@ -275,3 +275,29 @@ def test_scan_and_sqlite_index_give_the_same_results(tmp_path: Path) -> None:
                 theirs = find(scan, text, taint, agent=agent, limit=50)
                 assert [h.as_dict() for h in ours.hits] == [h.as_dict() for h in theirs.hits]
     sqlite.close()
+
+
+def test_an_index_row_that_names_another_record_is_not_trusted(tmp_path: Path) -> None:
+    """agent_id 'main-session:PUBLIC' + key 'k' spells the storage key of key 'PUBLIC:k'."""
+    path = write_memory_store(tmp_path / "gw.db")
+    value = memory_record("PUBLIC:k", "PUBLIC", "a quokka smiles")
+    conn = sqlite3.connect(path)
+    conn.execute("INSERT INTO kv VALUES (?, ?)", (mkey(MAIN, "PUBLIC", "PUBLIC:k"), value))
+    conn.execute(
+        "INSERT INTO memory_fts VALUES ('main-session:PUBLIC', 'PUBLIC', 'k', ?, '')",
+        ("a quokka smiles",),
+    )
+    conn.execute(
+        "INSERT INTO memory_meta VALUES ('main-session:PUBLIC', 'PUBLIC', 'k', ?)", (value,)
+    )
+    conn.commit()
+    provider = SqliteStorage(path)
+    wrong = find(provider, "quokka", PUB, agent=None)
+    assert found(wrong) == [] and wrong.stale == 1
+    drift = memory_upkeep.reindex(provider, taint=RES)
+    assert drift.samples["orphaned"] == ["memory:main-session:PUBLIC:PUBLIC:k"]
+    assert drift.samples["missing"][0] == mkey(MAIN, "PUBLIC", "PUBLIC:k")
+    assert found(find(provider, "quokka", PUB)) == [(MAIN, "PUBLIC:k", "PUBLIC")]
+    assert conn.execute("SELECT count(*) FROM memory_fts WHERE key = 'k'").fetchone() == (0,)
+    provider.close()
+    conn.close()

@@ -23,10 +23,9 @@ record without memory content.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli import audit
@@ -36,7 +35,7 @@ from triggerfish_cli.serialization import dumps, fast_loads, parse_iso, to_iso, 
 from triggerfish_cli.storage.provider import StorageProvider
 
 if TYPE_CHECKING:
-    from triggerfish_cli.memory_index import Drift, MemoryIndex, SearchResult
+    from triggerfish_cli.memory_index import MemoryIndex, SearchResult
 
 PREFIX = "memory:"
 DEFAULT_AGENT = "main-session"
@@ -182,12 +181,12 @@ def parse_record(
     )
 
 
-def _check_agent(agent: str) -> None:
+def check_agent(agent: str) -> None:
     if not agent or ":" in agent:
         raise UsageError(f"invalid agent id {agent!r}: it must be non-empty and hold no ':'")
 
 
-def _audit_read(
+def audit_read(
     provider: StorageProvider, action: str, taint: Level, results: int, **details: Any
 ) -> None:
     """Reads above PUBLIC leave an audit record (never memory content)."""
@@ -237,9 +236,9 @@ def lookup(provider: StorageProvider, key: str, *, taint: Level, agent: str) -> 
 
 def get_memory(provider: StorageProvider, key: str, *, taint: Level, agent: str) -> Lookup:
     """The highest visible live version; NotFoundError (exit 3) when there is none."""
-    _check_agent(agent)
+    check_agent(agent)
     found = lookup(provider, key, taint=taint, agent=agent)
-    _audit_read(provider, "get", taint, int(found.record is not None), agent=agent, key=key)
+    audit_read(provider, "get", taint, int(found.record is not None), agent=agent, key=key)
     if found.record is None:
         hint = "it was soft-deleted; see `memory history`" if found.deleted else None
         raise NotFoundError(
@@ -275,7 +274,7 @@ def list_memories(
 ) -> Listing:
     """Visible memories with shadowing, by agent then key; ``tag`` filters the shown version."""
     if agent is not None:
-        _check_agent(agent)
+        check_agent(agent)
     best: dict[tuple[str, str], MemoryRecord] = {}
     listing = Listing()
     for item in scan_visible(provider, taint=taint, agent=agent):
@@ -291,7 +290,7 @@ def list_memories(
     if tag is not None:
         records = [record for record in records if tag in record.tags]
     listing.records = records[:limit] if limit else records
-    _audit_read(provider, "list", taint, len(listing.records), agent=agent or "*", tag=tag)
+    audit_read(provider, "list", taint, len(listing.records), agent=agent or "*", tag=tag)
     return listing
 
 
@@ -305,19 +304,28 @@ class Version:
     reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
+        """The record's fields (None for a malformed one) with status and reason."""
         parts = split_key(self.storage_key)
-        row: dict[str, Any] = {
-            "agent": parts[0] if parts else None,
-            "level": parts[1].name if parts else None,
-            "status": self.status,
-        }
+        assert parts is not None  # history only holds keys it built
         if self.record is not None:
-            data = self.record.as_dict()
-            data.pop("agent"), data.pop("level")
-            row.update(data)
+            row = self.record.as_dict()
         else:
-            row.update({"storage_key": self.storage_key, "reason": self.reason})
-        return row
+            row = dict.fromkeys(_RECORD_FIELDS)
+            row.update(agent=parts[0], key=parts[2], level=parts[1].name)
+            row["storage_key"] = self.storage_key
+        return {
+            "agent": row.pop("agent"),
+            "level": row.pop("level"),
+            "status": self.status,
+            **row,
+            "reason": self.reason,
+        }
+
+
+_RECORD_FIELDS = (
+    "agent", "key", "level", "content", "tags", "created_at", "updated_at", "expired",
+    "source_session", "lineage", "storage_key",
+)  # fmt: skip
 
 
 def history(
@@ -325,7 +333,7 @@ def history(
 ) -> list[Version]:
     """Every version of ``key`` at visible levels, soft-deleted ones included (audit)."""
     if agent is not None:
-        _check_agent(agent)
+        check_agent(agent)
         agents = [agent]
     else:
         agents = sorted(
@@ -344,7 +352,7 @@ def history(
         versions += [Version("deleted", r.storage_key, r) for r in found.deleted]
         versions += [Version("malformed", m.storage_key, None, m.reason) for m in found.malformed]
     versions.sort(key=_version_order)
-    _audit_read(provider, "history", taint, len(versions), agent=agent or "*", key=key)
+    audit_read(provider, "history", taint, len(versions), agent=agent or "*", key=key)
     return versions
 
 
@@ -356,7 +364,7 @@ def _version_order(version: Version) -> tuple[str, int]:
 # -- writing ---------------------------------------------------------------------------
 
 
-def _index(provider: StorageProvider) -> MemoryIndex:
+def index_of(provider: StorageProvider) -> MemoryIndex:
     from triggerfish_cli.memory_index import index_for
 
     return index_for(provider)
@@ -427,7 +435,7 @@ def save_memory(
     now: datetime | None = None,
 ) -> SaveResult:
     """Save at exactly the taint: the level is never chosen otherwise."""
-    _check_agent(agent)
+    check_agent(agent)
     if not key:
         raise UsageError("the memory key is empty")
     if not content:
@@ -453,7 +461,7 @@ def save_memory(
             agent, taint, key, content, tag_list, created_at=created, updated_at=stamp
         )
 
-    _old, value = _index(provider).write(skey, update)
+    _old, value = index_of(provider).write(skey, update)
     record = parse_record(skey, value)
     assert isinstance(record, MemoryRecord)
     audit.record(
@@ -492,7 +500,7 @@ def check_deletable(
     provider: StorageProvider, key: str, *, taint: Level, agent: str
 ) -> MemoryRecord:
     """The live record ``delete`` would soft-delete at exactly ``taint``, or why not."""
-    _check_agent(agent)
+    check_agent(agent)
     found = lookup(provider, key, taint=taint, agent=agent)
     skey = storage_key(agent, taint, key)
     if any(m.storage_key == skey for m in found.malformed):
@@ -531,7 +539,7 @@ def delete_memory(
             raise RefusedError(f"{record.storage_key} changed while deleting it", hint="retry")
         return dumps({**current.document, "expired": True, "updatedAt": stamp})
 
-    _index(provider).write(record.storage_key, update)
+    index_of(provider).write(record.storage_key, update)
     audit.record(
         provider,
         "memory_delete",
@@ -542,7 +550,7 @@ def delete_memory(
     return DeleteResult(record.storage_key, agent, key, taint, True, False, stamp)
 
 
-# -- search, stats, reindex -------------------------------------------------------------
+# -- search ----------------------------------------------------------------------------------
 
 
 def search(
@@ -559,12 +567,12 @@ def search(
     from triggerfish_cli.memory_index import SearchRequest
 
     if agent is not None:
-        _check_agent(agent)
+        check_agent(agent)
     if limit < 1:
         raise UsageError("--limit must be at least 1")
     request = SearchRequest(text, raw=raw, taint=taint, agent=agent, tag=tag, limit=limit)
-    result = _index(provider).search(request)
-    _audit_read(
+    result = index_of(provider).search(request)
+    audit_read(
         provider,
         "search",
         taint,
@@ -574,183 +582,3 @@ def search(
         raw=raw,
     )
     return result
-
-
-@dataclass
-class Stats:
-    taint: Level
-    #: (agent, level) -> {"live": n, "deleted": n, "shadowed": n}
-    counts: dict[tuple[str, Level], dict[str, int]] = field(default_factory=dict)
-    malformed: list[Malformed] = field(default_factory=list)
-    drift: Drift | None = None
-    index_kind: str = "scan"
-
-    def rows(self) -> list[dict[str, Any]]:
-        return [
-            {"agent": agent, "level": level.name, **counts}
-            for (agent, level), counts in sorted(self.counts.items())
-        ]
-
-    def as_dict(self) -> dict[str, Any]:
-        rows = self.rows()
-        return {
-            "taint": self.taint.name,
-            "levels": [level.name for level in visible_levels(self.taint)],
-            "rows": rows,
-            "live": sum(row["live"] for row in rows),
-            "deleted": sum(row["deleted"] for row in rows),
-            "shadowed": sum(row["shadowed"] for row in rows),
-            "malformed": len(self.malformed),
-            "malformed_keys": [m.storage_key for m in self.malformed],
-            "index": {"kind": self.index_kind, **(self.drift.as_dict() if self.drift else {})},
-        }
-
-
-def stats(provider: StorageProvider, *, taint: Level, agent: str | None = None) -> Stats:
-    """Counts per agent and visible level, soft-deleted and malformed rows, index drift."""
-    result = Stats(taint)
-    live: dict[tuple[str, str], Level] = {}
-    for item in scan_visible(provider, taint=taint, agent=agent):
-        if isinstance(item, Malformed):
-            result.malformed.append(item)
-            continue
-        counts = result.counts.setdefault(
-            (item.agent, item.level), {"live": 0, "deleted": 0, "shadowed": 0}
-        )
-        if item.expired:
-            counts["deleted"] += 1
-            continue
-        counts["live"] += 1
-        top = live.get((item.agent, item.key))
-        if top is None:
-            live[(item.agent, item.key)] = item.level
-        else:
-            lower = min(top, item.level)
-            result.counts[(item.agent, lower)]["shadowed"] += 1
-            live[(item.agent, item.key)] = max(top, item.level)
-    index = _index(provider)
-    result.index_kind = index.kind
-    result.drift = index.check(visible_levels(taint), agent=agent)
-    total = sum(c["live"] + c["deleted"] for c in result.counts.values())
-    _audit_read(provider, "stats", taint, total, agent=agent or "*")
-    return result
-
-
-def reindex(
-    provider: StorageProvider,
-    *,
-    taint: Level,
-    dry_run: bool = False,
-    on_batch: Callable[[int], None] | None = None,
-) -> Drift:
-    """Rebuild the index rows of the visible levels from kv (all agents)."""
-    index = _index(provider)
-    levels = visible_levels(taint)
-    if dry_run:
-        drift = index.check(levels, agent=None)
-        _audit_read(provider, "reindex_check", taint, drift.to_fix)
-        return drift
-    drift = index.repair(levels, on_batch=on_batch)
-    audit.record(
-        provider,
-        "memory_reindex",
-        target=index.kind,
-        counts={"records": drift.records, "fixed": drift.fixed},
-        details={"taint": taint.name, "levels": [level.name for level in levels]},
-    )
-    return drift
-
-
-# -- purge -----------------------------------------------------------------------------
-
-_DURATION = re.compile(r"(\d+)([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """``90d``, ``12h``, ``2w``, ``1d12h``, ``30m``, ``45s`` -> a timedelta."""
-    cleaned = text.strip()
-    parts = _DURATION.findall(cleaned)
-    if not cleaned or "".join(n + u for n, u in parts) != cleaned:
-        raise UsageError(
-            f"not a duration: {text!r}", hint="use a number and a unit s, m, h, d or w, e.g. 30d"
-        )
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
-
-
-@dataclass
-class PurgePlan:
-    cutoff: datetime
-    taint: Level
-    agent: str | None
-    items: list[tuple[str, str]] = field(default_factory=list)
-    by_level: dict[str, int] = field(default_factory=dict)
-    #: soft-deleted records whose updatedAt is not a time: never purged
-    unknown_age: int = 0
-
-    @property
-    def count(self) -> int:
-        return len(self.items)
-
-    def as_dict(self, deleted: int, dry_run: bool) -> dict[str, Any]:
-        return {
-            "cutoff": to_iso(self.cutoff),
-            "taint": self.taint.name,
-            "agent": self.agent or "*",
-            "matched": self.count,
-            "by_level": dict(self.by_level),
-            "unknown_age": self.unknown_age,
-            "sample": [key for key, _ in self.items[:5]],
-            "deleted": deleted,
-            "dry_run": dry_run,
-        }
-
-
-def plan_purge(
-    provider: StorageProvider,
-    older_than: timedelta,
-    *,
-    taint: Level,
-    agent: str | None,
-    now: datetime | None = None,
-) -> PurgePlan:
-    """Soft-deleted records at visible levels whose deletion is older than ``older_than``."""
-    if agent is not None:
-        _check_agent(agent)
-    plan = PurgePlan((now or utc_now()) - older_than, taint, agent)
-    for item in scan_visible(provider, taint=taint, agent=agent):
-        if isinstance(item, Malformed) or not item.expired:
-            continue
-        moment = item.updated()
-        if moment is None:
-            plan.unknown_age += 1
-        elif moment < plan.cutoff:
-            plan.items.append((item.storage_key, item.value))
-            plan.by_level[item.level.name] = plan.by_level.get(item.level.name, 0) + 1
-    return plan
-
-
-def purge(
-    provider: StorageProvider,
-    plan: PurgePlan,
-    *,
-    on_batch: Callable[[int], None] | None = None,
-) -> int:
-    """Hard-delete exactly the planned records that are still unchanged."""
-    deleted = 0
-    try:
-        deleted = _index(provider).hard_delete(plan.items, on_batch=on_batch)
-    finally:
-        if deleted:
-            audit.record(
-                provider,
-                "memory_purge",
-                target=agent_prefix(plan.agent),
-                counts={"planned": plan.count, "deleted": deleted},
-                details={
-                    "taint": plan.taint.name,
-                    "agent": plan.agent or "*",
-                    "cutoff": to_iso(plan.cutoff),
-                },
-            )
-    return deleted

@@ -224,8 +224,10 @@ class Fts5Index:
                 if skey not in result.malformed:
                     result.malformed.append(skey)
                 continue
-            if record.expired or meta_json != value:
-                result.stale += 1  # kv changed since it was indexed
+            if record.expired or meta_json != value or (record.agent, record.key) != (agent, key):
+                # kv changed since it was indexed (or the row is no record's: a ':' in its
+                # agent_id makes its storage key name another record)
+                result.stale += 1
                 continue
             if any(
                 self._live(values, agent, above, key, loads) for above in levels if above > level

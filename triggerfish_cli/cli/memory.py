@@ -41,7 +41,7 @@ Tag = Annotated[
 DEFAULT_AGENT = "main-session"
 
 
-def _agent(agent: str | None, all_agents: bool) -> str | None:
+def resolve_agent(agent: str | None, all_agents: bool) -> str | None:
     if all_agents and agent is not None:
         raise UsageError("give --agent or --all-agents, not both")
     return None if all_agents else (agent or DEFAULT_AGENT)
@@ -61,7 +61,7 @@ def _marked(row: dict[str, Any]) -> str:
     return " ".join(("".join(parts) + text[last:]).split())
 
 
-def _warn_malformed(out: Output, keys: list[Any]) -> None:
+def warn_malformed(out: Output, keys: list[Any]) -> None:
     for item in keys[:10]:
         key = getattr(item, "storage_key", item)
         reason = getattr(item, "reason", "malformed record")
@@ -99,7 +99,7 @@ def search_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
-    who = _agent(agent, all_agents)
+    who = resolve_agent(agent, all_agents)
     result = memory.search(
         st.provider(),
         " ".join(query),
@@ -129,7 +129,7 @@ def search_cmd(
             f"skipped {result.stale} index row(s) that no longer match the stored memory "
             "(run `memory reindex`)"
         )
-    _warn_malformed(out, result.malformed)
+    warn_malformed(out, result.malformed)
 
 
 @app.command("get")
@@ -146,9 +146,9 @@ def get_cmd(
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     found = memory.get_memory(
-        st.provider(), key, taint=taint_level(taint), agent=_agent(agent, False) or DEFAULT_AGENT
+        st.provider(), key, taint=taint_level(taint), agent=agent or DEFAULT_AGENT
     )
-    _warn_malformed(out, found.malformed)
+    warn_malformed(out, found.malformed)
     assert found.record is not None
     document = found.record.as_dict()
     document["shadows"] = [record.level.name for record in found.shadowed]
@@ -173,14 +173,14 @@ def list_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
-    who = _agent(agent, all_agents)
+    who = resolve_agent(agent, all_agents)
     listing = memory.list_memories(
         st.provider(), taint=taint_level(taint), agent=who, tag=tag, limit=limit
     )
     columns = _columns(("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None)
     columns += [Column("updated_at", "updated"), Column("content", "content", render=_line)]
     out.rows((r.as_dict() for r in listing.records), columns, empty="no memories visible")
-    _warn_malformed(out, listing.malformed)
+    warn_malformed(out, listing.malformed)
 
 
 @app.command("save")
@@ -218,14 +218,14 @@ def save_cmd(
         taint=taint_level(taint),
         agent=agent or DEFAULT_AGENT,
     )
-    _report(
+    report(
         out,
         result.as_dict(),
         f"{result.status} {key} at {result.record.level.name} for {result.record.agent}",
     )
 
 
-def _report(out: Output, document: dict[str, Any], message: str) -> None:
+def report(out: Output, document: dict[str, Any], message: str) -> None:
     if out.fmt in ("json", "jsonl", "csv"):
         out.record(document)
     elif not out.quiet:
@@ -258,7 +258,7 @@ def delete_cmd(
         )
     result = memory.delete_memory(provider, key, taint=level, agent=who, dry_run=dry_run)
     verb = "would soft-delete" if dry_run else "soft-deleted"
-    _report(out, result.as_dict(), f"{verb} {key} at {level.name} for {who}")
+    report(out, result.as_dict(), f"{verb} {key} at {level.name} for {who}")
 
 
 @app.command("history")
@@ -276,7 +276,7 @@ def history_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
-    who = _agent(agent, all_agents)
+    who = resolve_agent(agent, all_agents)
     versions = memory.history(st.provider(), key, taint=taint_level(taint), agent=who)
     columns = _columns(("level", "level"), ("status", "status"), agent=who is None)
     columns += [
@@ -287,135 +287,5 @@ def history_cmd(
     out.rows((v.as_dict() for v in versions), columns, empty=f"no version of {key!r} visible")
 
 
-@app.command("stats")
-def stats_cmd(
-    ctx: typer.Context,
-    agent: Annotated[
-        str | None,
-        typer.Option(
-            "--agent", "-a", help="Only this agent (default: every agent).", show_default=False
-        ),
-    ] = None,
-    taint: TaintOpt = "PUBLIC",
-    fmt: FormatOpt = None,
-) -> None:
-    """Counts per agent and visible level, soft-deleted and malformed records, index drift."""
-    from triggerfish_cli import memory
-    from triggerfish_cli.cli.output import Column
-
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
-    result = memory.stats(st.provider(), taint=taint_level(taint), agent=agent)
-    document = result.as_dict()
-    if out.fmt != "table":
-        out.record(document)
-        return
-    columns = [Column("agent", "agent"), Column("level", "level")] + [
-        Column(name, name, "right") for name in ("live", "deleted", "shadowed")
-    ]
-    footer = {name: document[name] for name in ("live", "deleted", "shadowed")}
-    out.rows(
-        result.rows(), columns, footer={"agent": "total", **footer}, empty="no memories visible"
-    )
-    out.line(f"malformed records: {document['malformed']}")
-    out.line(_drift_line(document["index"]))
-    _warn_malformed(out, result.malformed)
-
-
-def _drift_line(index: dict[str, Any]) -> str:
-    if not index.get("indexed"):
-        missing = (
-            " (index tables missing: run `memory reindex`)" if index.get("tables_missing") else ""
-        )
-        return f"search index: none, searches read every memory{missing}"
-    return (
-        f"search index ({index['kind']}, {', '.join(index['levels'])}): "
-        f"{index['in_sync']} in sync, {index['missing']} missing, {index['stale']} stale, "
-        f"{index['orphaned']} orphaned, {index['duplicates']} duplicate row(s)"
-    )
-
-
-@app.command("reindex")
-def reindex_cmd(
-    ctx: typer.Context,
-    taint: TaintOpt = "PUBLIC",
-    dry_run: Annotated[
-        bool, typer.Option("--dry-run", "-n", help="Only report how the index differs from kv.")
-    ] = False,
-    fmt: FormatOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
-    """Rebuild memory_fts and memory_meta from kv for the visible levels (all agents).
-
-    Picks up memories the gateway never indexed (cron and trigger runs) and drops stale
-    and orphaned rows. Use --taint RESTRICTED to rebuild every level.
-    """
-    from triggerfish_cli import memory
-
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
-    with out.progress("reindexing") as bar:
-        drift = memory.reindex(
-            st.provider(), taint=taint_level(taint), dry_run=dry_run, on_batch=bar.advance
-        )
-    document = drift.as_dict()
-    document["dry_run"] = dry_run
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if not quiet:
-        out.line(_drift_line(document))
-        verb = "would fix" if dry_run else "fixed"
-        out.line(f"{verb} {drift.to_fix if dry_run else drift.fixed} record(s)")
-        for category, keys in drift.samples.items():
-            out.info(f"  {category}: {', '.join(keys)}")
-
-
-@app.command("purge")
-def purge_cmd(
-    ctx: typer.Context,
-    older_than: Annotated[
-        str,
-        typer.Option(
-            "--older-than",
-            help="Soft-deleted at least this long ago: 30d, 12h, 2w, 1d12h, ...",
-            show_default=False,
-        ),
-    ],
-    agent: AgentOpt = None,
-    all_agents: AllAgentsOpt = False,
-    taint: TaintOpt = "PUBLIC",
-    yes: YesOpt = False,
-    dry_run: DryRunOpt = False,
-    fmt: FormatOpt = None,
-    quiet: QuietOpt = False,
-) -> None:
-    """Hard-delete soft-deleted memories at visible levels; nothing else is touched."""
-    from triggerfish_cli import memory
-
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
-    provider = st.provider()
-    plan = memory.plan_purge(
-        provider,
-        memory.parse_duration(older_than),
-        taint=taint_level(taint),
-        agent=_agent(agent, all_agents),
-    )
-    if plan.count == 0:
-        _report(out, plan.as_dict(0, dry_run), "no soft-deleted memories to purge")
-        return
-    summary = plan.as_dict(0, dry_run)
-    if dry_run or not out.quiet:
-        out.info(f"{plan.count} memory record(s) soft-deleted before {summary['cutoff']}, e.g.:")
-        for key in summary["sample"]:
-            out.info(f"  {key}")
-    if dry_run:
-        _report(out, summary, f"would purge {plan.count} record(s)")
-        return
-    out.confirm(
-        f"Purge {plan.count} record(s) for good?", yes=yes, what=f"purging {plan.count} record(s)"
-    )
-    with out.progress("purging", total=plan.count) as bar:
-        deleted = memory.purge(provider, plan, on_batch=bar.advance)
-    _report(out, plan.as_dict(deleted, False), f"purged {deleted} record(s)")
+# The upkeep commands (stats, reindex, purge) live in their own module.
+from triggerfish_cli.cli import memory_upkeep  # noqa: E402, F401
