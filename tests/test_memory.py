@@ -297,10 +297,13 @@ def test_delete_refuses_other_levels_without_revealing_higher_ones(provider: Bas
         memory.delete_memory(provider, "old-fact", taint=PUB, agent=MAIN)
     with pytest.raises(InvalidDataError):
         memory.delete_memory(provider, "broken", taint=PUB, agent=MAIN)
-    dry = memory.delete_memory(provider, "user-name", taint=RES, agent=MAIN, dry_run=True)
+    dry = memory.delete_memory(provider, "user-name", taint=PUB, agent=MAIN, dry_run=True)
     assert dry.dry_run and not dry.deleted
     assert memories(provider) == before
     assert audits(provider) == []
+    memory.delete_memory(provider, "user-name", taint=RES, agent=MAIN, dry_run=True)
+    assert [r["action"] for r in audits(provider)] == ["memory_delete_check"]
+    assert memories(provider) == before
 
 
 # -- audit --------------------------------------------------------------------------------
@@ -389,5 +392,6 @@ def test_purge_deletes_exactly_the_unchanged_planned_records(provider: BaseStora
     assert {k: v for k, v in after.items() if k != rewritten} == {
         k: v for k, v in before.items() if k not in gone and k != rewritten
     }
-    [record] = audits(provider)
-    assert record["action"] == "memory_purge" and record["counts"] == {"planned": 3, "deleted": 2}
+    records = {r["action"]: r for r in audits(provider)}
+    assert records["memory_purge"]["counts"] == {"planned": 3, "deleted": 2}
+    assert records["memory_purge_plan"]["counts"] == {"results": 3}  # a read at RESTRICTED

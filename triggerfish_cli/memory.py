@@ -530,6 +530,7 @@ def delete_memory(
     """Soft delete at exactly the taint: ``expired: true``, ``updatedAt`` now; kept in kv."""
     record = check_deletable(provider, key, taint=taint, agent=agent)
     if dry_run:
+        audit_read(provider, "delete_check", taint, 1, agent=agent, key=key)
         return DeleteResult(record.storage_key, agent, key, taint, False, True)
     stamp = to_iso(now or utc_now())
 

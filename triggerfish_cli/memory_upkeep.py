@@ -184,6 +184,7 @@ def plan_purge(
         elif moment < plan.cutoff:
             plan.items.append((item.storage_key, item.value))
             plan.by_level[item.level.name] = plan.by_level.get(item.level.name, 0) + 1
+    audit_read(provider, "purge_plan", taint, plan.count, agent=agent or "*")
     return plan
 
 
