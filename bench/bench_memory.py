@@ -102,7 +102,7 @@ EMPTY_INDEX = (
 
 
 def bench_reindex(path: object) -> None:
-    from triggerfish_cli import memory
+    from triggerfish_cli import memory_upkeep
     from triggerfish_cli.classification import Level
     from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
     from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -130,7 +130,7 @@ def bench_reindex(path: object) -> None:
 
     provider = SqliteStorage(copy)
     started = time.perf_counter()
-    drift = memory.reindex(provider, taint=Level.RESTRICTED)
+    drift = memory_upkeep.reindex(provider, taint=Level.RESTRICTED)
     ours = time.perf_counter() - started
     provider.close()
     ratio = ours / limit

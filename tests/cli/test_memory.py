@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import CliFn
+from tests.conftest import CliFn, StoreHandle
 from tests.helpers.gateway import dump_tables
 from tests.helpers.memories import CRON, MAIN, mkey, write_memory_store
 
@@ -295,3 +295,26 @@ def test_demo_memory_options(cli: CliFn, tmp_path: Path) -> None:
     assert 45 <= sum(len(c.split()) for c in contents) / len(contents) <= 75
     assert cli("--db", str(tmp_path / "x.db"), "demo", "create", "--records", "100",
                "--memories", "51").exit_code == 2  # fmt: skip
+
+
+def test_memory_commands_on_every_persistent_backend(cli: CliFn, store: StoreHandle) -> None:
+    """save, get, search, list, delete, history through whatever index the backend has."""
+    for level, text in (("PUBLIC", "Likes green tea"), ("CONFIDENTIAL", "Likes tea at 5 sharp")):
+        saved = cli(*store.args, "memory", "save", "drink", text, "-t", level, "--tags", "prefs")
+        assert saved.exit_code == 0, saved.stderr
+    got = cli(*store.args, "memory", "get", "drink", "-t", "RESTRICTED", "-f", "json").json()
+    assert got["level"] == "CONFIDENTIAL" and got["shadows"] == ["PUBLIC"]  # type: ignore[index]
+    hits = cli(*store.args, "memory", "search", "tea", "-t", "INTERNAL", "-f", "json").json()
+    assert [(h["key"], h["level"]) for h in hits] == [("drink", "PUBLIC")]  # type: ignore[union-attr]
+    assert (
+        cli(*store.args, "memory", "search", "green", "-t", "CONFIDENTIAL", "-f", "json").json()
+        == []
+    )
+    deleted = cli(*store.args, "memory", "delete", "drink", "-t", "CONFIDENTIAL", "--yes")
+    assert deleted.exit_code == 0, deleted.stderr
+    listed = cli(*store.args, "memory", "list", "-t", "RESTRICTED", "--tag", "prefs", "-f", "json")
+    assert [(r["key"], r["level"]) for r in listed.json()] == [("drink", "PUBLIC")]  # type: ignore[union-attr]
+    history = cli(
+        *store.args, "memory", "history", "drink", "-t", "RESTRICTED", "-f", "json"
+    ).json()
+    assert [r["status"] for r in history] == ["deleted", "current"]  # type: ignore[union-attr]

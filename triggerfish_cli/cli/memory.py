@@ -21,6 +21,7 @@ from triggerfish_cli.cli.options import (
     taint_level,
 )
 from triggerfish_cli.errors import UsageError
+from triggerfish_cli.memory import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     from triggerfish_cli.cli.output import Output
@@ -38,7 +39,6 @@ Tag = Annotated[
     str | None,
     typer.Option("--tag", help="Only memories carrying this tag.", show_default=False),
 ]
-DEFAULT_AGENT = "main-session"
 
 
 def resolve_agent(agent: str | None, all_agents: bool) -> str | None:
@@ -81,7 +81,10 @@ def _columns(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
 def search_cmd(
     ctx: typer.Context,
     query: Annotated[
-        list[str], typer.Argument(help="Words to find (all must occur), or FTS5 with --raw.")
+        list[str],
+        typer.Argument(
+            help="Words to find (all must occur), or FTS5 syntax with --raw.", metavar="WORDS..."
+        ),
     ],
     raw: Annotated[
         bool, typer.Option("--raw", help="Pass the query to FTS5 as is (its own syntax).")

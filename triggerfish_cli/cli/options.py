@@ -83,9 +83,8 @@ TaintOpt = Annotated[
         envvar="TRIGGERFISH_TAINT",
         callback=_check_taint,
         metavar="LEVEL",
-        help="Act as a session at this level: PUBLIC (default), INTERNAL, CONFIDENTIAL or "
-        "RESTRICTED [env: TRIGGERFISH_TAINT]. Reads see this level and below; "
-        "writes land at exactly this level.",
+        help="Act as a session at this level: PUBLIC, INTERNAL, CONFIDENTIAL or RESTRICTED. "
+        "Reads see this level and below; writes land at exactly this level.",
     ),
 ]
 AgentOpt = Annotated[
