@@ -22,9 +22,18 @@ sys.path.insert(0, str(ROOT))
 
 
 def store(
-    records: int = 1_000_000, *, seed: int = 1, days: int = 400, name: str | None = None
+    records: int = 1_000_000,
+    *,
+    seed: int = 1,
+    days: int = 400,
+    name: str | None = None,
+    **options: int,
 ) -> Path:
-    """A demo store of ``records`` keys, built once and cached under bench/data/."""
+    """A demo store of ``records`` keys, built once and cached under bench/data/.
+
+    ``options`` go to ``build_demo`` (e.g. ``memories=``, ``memory_words=``);
+    give such a store its own ``name``.
+    """
     from triggerfish_cli.demo import build_demo
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
@@ -37,7 +46,7 @@ def store(
         leftover.unlink()
     started = time.perf_counter()
     provider = SqliteStorage(temp, create=True)
-    build_demo(provider, records=records, seed=seed, now=ANCHOR, days=days)
+    build_demo(provider, records=records, seed=seed, now=ANCHOR, days=days, **options)
     provider.connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     provider.close()
     temp.rename(path)

@@ -15,13 +15,14 @@ give the same bytes.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from triggerfish_cli.errors import RefusedError
+from triggerfish_cli.errors import RefusedError, UsageError
 from triggerfish_cli.namespaces import group_of
 from triggerfish_cli.serialization import dumps, to_iso
 from triggerfish_cli.storage.provider import StorageProvider
@@ -134,11 +135,26 @@ def _quota(records: int, share: float, minimum: int = 1) -> int:
 
 
 def generate(
-    records: int, *, seed: int = 0, now: datetime | None = None, days: int = 400
+    records: int,
+    *,
+    seed: int = 0,
+    now: datetime | None = None,
+    days: int = 400,
+    memories: int | None = None,
+    memory_words: int | None = None,
 ) -> tuple[
     list[tuple[str, str]], list[tuple[str, str, str, str, str]], list[tuple[str, str, str, str]]
 ]:
-    """``(kv rows, memory_fts rows, memory_meta rows)`` for a store of ``records`` keys."""
+    """``(kv rows, memory_fts rows, memory_meta rows)`` for a store of ``records`` keys.
+
+    ``memories`` (at most half of ``records``) sets the number of memory
+    records instead of 8%; ``memory_words`` gives each memory about that many
+    words, drawn from a large vocabulary with a Zipf distribution as natural
+    text is, instead of a few short sentences. Without them the output is
+    unchanged.
+    """
+    if memories is not None and not 0 <= memories <= records // 2:
+        raise UsageError(f"memories must be between 0 and half the records ({records // 2})")
     anchor = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     g = _Gen(seed, anchor, days)
     rng = g.rng
@@ -248,7 +264,9 @@ def generate(
     rows.extend(lineage_block)
 
     # Persistent memories (see the module docstring for the gaps).
-    memory_rows = _memories(g, _quota(records, 0.08), main_id, fts, meta)
+    texts = _zipf_texts(seed, memory_words) if memory_words else None
+    count = _quota(records, 0.08) if memories is None else memories
+    memory_rows = _memories(g, count, main_id, fts, meta, texts)
     rows.extend(memory_rows)
 
     # Cron jobs and their run history.
@@ -409,6 +427,7 @@ def _memories(
     main_id: str,
     fts: list[tuple[str, str, str, str, str]],
     meta: list[tuple[str, str, str, str]],
+    texts: Callable[[], str] | None = None,
 ) -> list[tuple[str, str]]:
     rng = g.rng
     rows: list[tuple[str, str]] = []
@@ -438,7 +457,7 @@ def _memories(
             "key": key,
             "agentId": agent,
             "classification": level,
-            "content": g.text(1, 6),
+            "content": texts() if texts else g.text(1, 6),
             "tags": tags,
             "createdAt": to_iso(created),
             "updatedAt": to_iso(updated),
@@ -459,6 +478,46 @@ def _memories(
         fts.append((agent, level, key, str(record["content"]), " ".join(tags)))
         meta.append((agent, level, key, indexed))
     return rows
+
+
+_SYLLABLES = (
+    "ka lo mi ter van dor sel bri qua nem ost ril pa fen gus tho wy zel cam dru "
+    "el ix or un ast bel cor dim fal gor hin jul kem lun mar nor pil ros sut vor"
+).split()
+
+
+def _zipf_texts(seed: int, words: int) -> Callable[[], str]:
+    """A maker of texts of about ``words`` words with a Zipf word distribution.
+
+    The vocabulary is the demo's words followed by 20,000 made-up ones; the
+    word of rank r is drawn with weight 1/r. Its own random stream leaves
+    the rest of the store as it is without this option.
+    """
+    rng = random.Random(seed * 7919 + 17)
+    vocabulary = list(_WORDS)
+    known = set(vocabulary)
+    while len(vocabulary) < len(_WORDS) + 20_000:
+        word = "".join(rng.choices(_SYLLABLES, k=rng.randint(2, 4)))
+        if word not in known:
+            known.add(word)
+            vocabulary.append(word)
+    cumulative = list(itertools.accumulate(1.0 / rank for rank in range(1, len(vocabulary) + 1)))
+    sentences = []
+    for _ in range(20_000):
+        chosen = rng.choices(vocabulary, cum_weights=cumulative, k=rng.randint(6, 18))
+        sentences.append(" ".join(chosen).capitalize() + ".")
+
+    def make() -> str:
+        target = rng.randint(words * 4 // 5, words * 6 // 5)
+        parts: list[str] = []
+        length = 0
+        while length < target:
+            sentence = rng.choice(sentences)
+            parts.append(sentence)
+            length += sentence.count(" ") + 1
+        return " ".join(parts)
+
+    return make
 
 
 def _conversations(
@@ -508,14 +567,18 @@ def build_demo(
     seed: int = 0,
     now: datetime | None = None,
     days: int = 400,
+    memories: int | None = None,
+    memory_words: int | None = None,
 ) -> DemoSummary:
-    """Fill an empty store with ``records`` gateway-shaped keys."""
+    """Fill an empty store with ``records`` gateway-shaped keys (see :func:`generate`)."""
     if provider.count() > 0:
         raise RefusedError(
             f"{provider.describe()} already holds data; demo create only fills an empty store",
             hint="use another --db path",
         )
-    rows, fts, meta = generate(records, seed=seed, now=now, days=days)
+    rows, fts, meta = generate(
+        records, seed=seed, now=now, days=days, memories=memories, memory_words=memory_words
+    )
     summary = DemoSummary(records=len(rows), seed=seed)
     for key, _value in rows:
         group = group_of(key)

@@ -118,9 +118,24 @@ def check_json(value: str, origin: str) -> None:
         ) from None
 
 
+def refuse_memory_key(key: str, where: str = "") -> None:
+    """No write-down through the raw view: ``memory:`` records are written by ``memory save``.
+
+    A raw write could store a copy of a RESTRICTED memory under a PUBLIC key;
+    ``memory save`` always writes at the taint.
+    """
+    if key.startswith("memory:"):
+        raise RefusedError(
+            f"{where}{key}: memory records are not written through kv (it could copy a "
+            "memory to a lower level)",
+            hint="use `triggerfish-admin memory save --taint LEVEL`",
+        )
+
+
 def set_value(provider: StorageProvider, key: str, value: str, *, raw: bool) -> dict[str, Any]:
     if not key:
         raise InvalidDataError("the key is empty")
+    refuse_memory_key(key)
     if not raw:
         check_json(value, "the value")
     previous = provider.get(key)
@@ -255,6 +270,7 @@ def parse_import(stream: IO[str], origin: str) -> dict[str, str]:
                 f"{origin}: line {number}: expected an object with a string "
                 '"key" and a string "value"'
             )
+        refuse_memory_key(document["key"], f"{origin}: line {number}: ")
         items[document["key"]] = document["value"]
     return items
 

@@ -211,8 +211,48 @@ INDEXED = (  # (agent, level, key) rows present in memory_fts and memory_meta
 )
 
 
-def write_gateway_store(path: Path, rows: dict[str, str] | None = None) -> Path:
-    """Create ``path`` exactly as the gateway would have left it."""
+def gateway_index(conn: sqlite3.Connection, value: str) -> None:
+    """What the gateway's MemorySearchProvider.index() runs for one record."""
+    record = json.loads(value)
+    agent, level, key = record["agentId"], record["classification"], record["key"]
+    conn.execute(
+        "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?",
+        (agent, level, key),
+    )
+    conn.execute(
+        "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
+        "VALUES (?, ?, ?, ?, ?)",
+        (agent, level, key, record["content"], " ".join(record["tags"])),
+    )
+    conn.execute(
+        "INSERT OR REPLACE INTO memory_meta (agent_id, classification, key, record_json) "
+        "VALUES (?, ?, ?, ?)",
+        (agent, level, key, value),
+    )
+
+
+def gateway_remove(conn: sqlite3.Connection, agent: str, level: str, key: str) -> None:
+    """What the gateway's MemorySearchProvider.remove() runs."""
+    conn.execute(
+        "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?",
+        (agent, level, key),
+    )
+    conn.execute(
+        "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?",
+        (agent, level, key),
+    )
+
+
+def write_gateway_store(
+    path: Path,
+    rows: dict[str, str] | None = None,
+    indexed: tuple[tuple[str, str, str], ...] | None = None,
+) -> Path:
+    """Create ``path`` exactly as the gateway would have left it.
+
+    ``indexed`` names the (agent, level, key) memories the gateway indexed
+    (default :data:`INDEXED`); the others are in kv only.
+    """
     rows = GATEWAY_ROWS if rows is None else rows
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path)
@@ -222,23 +262,10 @@ def write_gateway_store(path: Path, rows: dict[str, str] | None = None) -> Path:
     conn.execute(META_SQL)
     for key, value in rows.items():
         conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
-    for agent, level, key in INDEXED:
+    for agent, level, key in INDEXED if indexed is None else indexed:
         value = rows.get(f"memory:{agent}:{level}:{key}")
-        if value is None:
-            continue
-        record = json.loads(value)
-        conn.execute(
-            "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?",
-            (agent, level, key),
-        )
-        conn.execute(
-            "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
-            "VALUES (?, ?, ?, ?, ?)",
-            (agent, level, key, record["content"], " ".join(record["tags"])),
-        )
-        conn.execute(
-            "INSERT OR REPLACE INTO memory_meta VALUES (?, ?, ?, ?)", (agent, level, key, value)
-        )
+        if value is not None:
+            gateway_index(conn, value)
     conn.commit()
     conn.close()
     return path

@@ -36,6 +36,7 @@ GROUPS: dict[str, tuple[str, str]] = {
         "triggerfish_cli.cli.help:completion_app",
         "Print the shell completion script for bash, zsh or fish.",
     ),
+    "memory": ("triggerfish_cli.cli.memory", "Search and manage agent memories at a chosen taint."),
 }
 
 

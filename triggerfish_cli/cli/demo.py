@@ -30,6 +30,24 @@ def create_cmd(
     days: Annotated[
         int, typer.Option("--days", min=1, help="Spread record times over this many days.")
     ] = 400,
+    memories: Annotated[
+        int | None,
+        typer.Option(
+            "--memories",
+            min=0,
+            help="Number of memory records among --records (default 8%; at most half).",
+            show_default=False,
+        ),
+    ] = None,
+    memory_words: Annotated[
+        int | None,
+        typer.Option(
+            "--memory-words",
+            min=1,
+            help="Give memories about this many words of Zipf-distributed text.",
+            show_default=False,
+        ),
+    ] = None,
     now: Annotated[
         str | None,
         typer.Option(
@@ -55,7 +73,15 @@ def create_cmd(
     provider = st.provider(create=True)
     out = st.output(fmt_value(fmt), quiet or None)
     with out.progress("generating", total=None):
-        summary = build_demo(provider, records=records, seed=seed, now=anchor, days=days)
+        summary = build_demo(
+            provider,
+            records=records,
+            seed=seed,
+            now=anchor,
+            days=days,
+            memories=memories,
+            memory_words=memory_words,
+        )
     audit.record(
         provider,
         "demo_create",

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import enum
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from triggerfish_cli.classification import Level
 
 
 class Format(str, enum.Enum):
@@ -67,3 +70,55 @@ def complete_namespace(incomplete: str) -> list[str]:
     from triggerfish_cli.namespaces import NAMESPACES
 
     return [ns.name for ns in NAMESPACES if ns.name.startswith(incomplete)]
+
+
+def complete_level(incomplete: str) -> list[str]:
+    """Shell completion of classification levels."""
+    from triggerfish_cli.classification import LEVEL_NAMES
+
+    return [name for name in LEVEL_NAMES if name.startswith(incomplete)]
+
+
+def _check_taint(value: str) -> str:
+    from triggerfish_cli.classification import parse_level
+
+    try:
+        parse_level(value)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+TaintOpt = Annotated[
+    str,
+    typer.Option(
+        "--taint",
+        "-t",
+        envvar="TRIGGERFISH_TAINT",
+        callback=_check_taint,
+        autocompletion=complete_level,
+        metavar="LEVEL",
+        help="Act as a session at this level: PUBLIC, INTERNAL, CONFIDENTIAL or RESTRICTED. "
+        "Reads see this level and below; writes land at exactly this level.",
+    ),
+]
+AgentOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--agent",
+        "-a",
+        show_default=False,
+        help="The agent whose memory to use (default: main-session; cron and webhook runs "
+        "are scheduler-<channel>-<ms>).",
+    ),
+]
+AllAgentsOpt = Annotated[
+    bool, typer.Option("--all-agents", "-A", help="Every agent instead of one.")
+]
+
+
+def taint_level(value: str) -> Level:
+    """The Level of a --taint value (already checked by its callback)."""
+    from triggerfish_cli.classification import parse_level
+
+    return parse_level(value)

@@ -1,0 +1,155 @@
+"""`triggerfish-admin memory stats|reindex|purge`: upkeep of the agent's memory."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.memory import app, report, resolve_agent, warn_malformed
+from triggerfish_cli.cli.options import (
+    AgentOpt,
+    AllAgentsOpt,
+    DryRunOpt,
+    FormatOpt,
+    QuietOpt,
+    TaintOpt,
+    YesOpt,
+    fmt_value,
+    taint_level,
+)
+
+
+@app.command("stats")
+def stats_cmd(
+    ctx: typer.Context,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent", "-a", help="Only this agent (default: every agent).", show_default=False
+        ),
+    ] = None,
+    taint: TaintOpt = "PUBLIC",
+    fmt: FormatOpt = None,
+) -> None:
+    """Counts per agent and visible level, soft-deleted and malformed records, index drift."""
+    from triggerfish_cli import memory_upkeep as memory
+    from triggerfish_cli.cli.output import Column
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt))
+    result = memory.stats(st.provider(), taint=taint_level(taint), agent=agent)
+    document = result.as_dict()
+    if out.fmt != "table":
+        out.record(document)
+        return
+    columns = [Column("agent", "agent"), Column("level", "level")] + [
+        Column(name, name, "right") for name in ("live", "deleted", "shadowed")
+    ]
+    footer = {name: document[name] for name in ("live", "deleted", "shadowed")}
+    out.rows(
+        result.rows(), columns, footer={"agent": "total", **footer}, empty="no memories visible"
+    )
+    out.line(f"malformed records: {document['malformed']}")
+    out.line(_drift_line(document["index"]))
+    warn_malformed(out, result.malformed)
+
+
+def _drift_line(index: dict[str, Any]) -> str:
+    if not index.get("indexed"):
+        missing = (
+            " (index tables missing: run `memory reindex`)" if index.get("tables_missing") else ""
+        )
+        return f"search index: none, searches read every memory{missing}"
+    return (
+        f"search index ({index['kind']}, {', '.join(index['levels'])}): "
+        f"{index['in_sync']} in sync, {index['missing']} missing, {index['stale']} stale, "
+        f"{index['orphaned']} orphaned, {index['duplicates']} duplicate row(s)"
+    )
+
+
+@app.command("reindex")
+def reindex_cmd(
+    ctx: typer.Context,
+    taint: TaintOpt = "PUBLIC",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", "-n", help="Only report how the index differs from kv.")
+    ] = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Rebuild memory_fts and memory_meta from kv for the visible levels (all agents).
+
+    Picks up memories the gateway never indexed (cron and trigger runs) and drops stale
+    and orphaned rows. Use --taint RESTRICTED to rebuild every level.
+    """
+    from triggerfish_cli import memory_upkeep as memory
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    with out.progress("reindexing") as bar:
+        drift = memory.reindex(
+            st.provider(), taint=taint_level(taint), dry_run=dry_run, on_batch=bar.advance
+        )
+    document = drift.as_dict()
+    document["dry_run"] = dry_run
+    if out.fmt != "table":
+        out.record(document)
+        return
+    if not quiet:
+        out.line(_drift_line(document))
+        verb = "would fix" if dry_run else "fixed"
+        out.line(f"{verb} {drift.to_fix if dry_run else drift.fixed} record(s)")
+        for category, keys in drift.samples.items():
+            out.info(f"  {category}: {', '.join(keys)}")
+
+
+@app.command("purge")
+def purge_cmd(
+    ctx: typer.Context,
+    older_than: Annotated[
+        str,
+        typer.Option(
+            "--older-than",
+            help="Soft-deleted at least this long ago: 30d, 12h, 2w, 1d12h, ...",
+            show_default=False,
+        ),
+    ],
+    agent: AgentOpt = None,
+    all_agents: AllAgentsOpt = False,
+    taint: TaintOpt = "PUBLIC",
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Hard-delete soft-deleted memories at visible levels; nothing else is touched."""
+    from triggerfish_cli import memory_upkeep as memory
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    provider = st.provider()
+    plan = memory.plan_purge(
+        provider,
+        memory.parse_duration(older_than),
+        taint=taint_level(taint),
+        agent=resolve_agent(agent, all_agents),
+    )
+    if plan.count == 0:
+        report(out, plan.as_dict(0, dry_run), "no soft-deleted memories to purge")
+        return
+    summary = plan.as_dict(0, dry_run)
+    if dry_run or not out.quiet:
+        out.info(f"{plan.count} memory record(s) soft-deleted before {summary['cutoff']}, e.g.:")
+        for key in summary["sample"]:
+            out.info(f"  {key}")
+    if dry_run:
+        report(out, summary, f"would purge {plan.count} record(s)")
+        return
+    out.confirm(
+        f"Purge {plan.count} record(s) for good?", yes=yes, what=f"purging {plan.count} record(s)"
+    )
+    with out.progress("purging", total=plan.count) as bar:
+        deleted = memory.purge(provider, plan, on_batch=bar.advance)
+    report(out, plan.as_dict(deleted, False), f"purged {deleted} record(s)")

@@ -1,0 +1,482 @@
+"""The SQLite memory index: the gateway's own ``memory_fts`` and ``memory_meta`` tables.
+
+Rows are written exactly as the gateway writes them (UPSTREAM.md): to index
+a record, delete its memory_fts rows, insert the new one (tags joined by
+single spaces), then ``INSERT OR REPLACE`` into memory_meta with the same
+JSON as the kv value; to unindex, delete from both. A save or delete here
+writes kv and both tables in one transaction.
+
+Search lets FTS5 rank every match by bm25 (``ORDER BY rank``, as cheap as the
+bare MATCH) and filters agent, level and tag in SQL as the rows stream out
+in rank order; the rows that pass are checked against kv in small batches
+(the kv value must equal memory_meta's, be live, and not be shadowed by a
+live version at a higher visible level) until ``limit`` hits are found. Only
+those few rows ever reach Python.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from triggerfish_cli.classification import Level
+from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
+from triggerfish_cli.errors import UsageError
+from triggerfish_cli.memory import (
+    LEVELS_BY_NAME,
+    PREFIX,
+    MemoryRecord,
+    agent_prefix,
+    parse_record,
+    split_key,
+    storage_key,
+    visible_levels,
+)
+from triggerfish_cli.memory_index import (
+    HIGHLIGHT_END,
+    HIGHLIGHT_START,
+    BatchCallback,
+    Drift,
+    Hit,
+    ScanIndex,
+    SearchRequest,
+    SearchResult,
+    fts_query,
+    fts_string,
+    has_tokens,
+    split_snippet,
+)
+from triggerfish_cli.serialization import fast_loads
+from triggerfish_cli.storage.sqlite import KV_SCHEMA, SqliteStorage, translate_error
+
+# The gateway's index statements (src/memory/search.ts), verbatim.
+DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
+INSERT_FTS = (
+    "INSERT INTO memory_fts (agent_id, classification, key, content, tags) VALUES (?, ?, ?, ?, ?)"
+)
+UPSERT_META = (
+    "INSERT OR REPLACE INTO memory_meta (agent_id, classification, key, record_json) "
+    "VALUES (?, ?, ?, ?)"
+)
+DELETE_META = "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?"
+
+REPAIR_BATCH = 500
+
+#: (agent_id, classification, key) of an index row
+Triple = tuple[str, str, str]
+SNIPPET_TOKENS = 16
+
+
+def for_sqlite(provider: Any) -> Fts5Index:
+    assert isinstance(provider, SqliteStorage)
+    return Fts5Index(provider.connection, provider)
+
+
+def fts_row(record: MemoryRecord) -> tuple[str, str, str, str, str]:
+    return (record.agent, record.level.name, record.key, record.content, " ".join(record.tags))
+
+
+def in_memory_copy(rows: Iterable[tuple[str, str]]) -> sqlite3.Connection:
+    """A RAM database with kv and both index tables holding every live record of ``rows``."""
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute(KV_SCHEMA)
+    conn.execute(MEMORY_FTS_SQL)
+    conn.execute(MEMORY_META_SQL)
+    loads = fast_loads()
+    conn.execute("BEGIN")
+    for skey, value in rows:
+        record = parse_record(skey, value, loads)
+        if isinstance(record, MemoryRecord) and record.live:
+            conn.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (skey, value))
+            conn.execute(INSERT_FTS, fts_row(record))
+            conn.execute(UPSERT_META, (*fts_row(record)[:3], value))
+    conn.execute("COMMIT")
+    return conn
+
+
+def _query_error(exc: sqlite3.Error) -> bool:
+    """Whether SQLite rejected the MATCH expression (rather than the database)."""
+    text = str(exc)
+    return text.startswith(("fts5:", "no such column", "unknown special query")) or any(
+        part in text for part in ("unterminated string", "malformed MATCH", "parser stack")
+    )
+
+
+class Fts5Index:
+    """:class:`~triggerfish_cli.memory_index.MemoryIndex` on a SQLite connection."""
+
+    def __init__(self, conn: sqlite3.Connection, storage: SqliteStorage | None = None) -> None:
+        self.conn = conn
+        self.storage = storage
+        names = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE name IN ('memory_fts', 'memory_meta')"
+            )
+        }
+        self.present = names == {"memory_fts", "memory_meta"}
+        self.kind = "sqlite-fts5" if self.present else "scan"
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @contextmanager
+    def _errors(self, what: str, query: str | None = None) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            if query is not None and _query_error(exc):
+                raise UsageError(f"invalid FTS5 query {query!r}: {exc}") from None
+            where = f"{self.storage.path}: {what}" if self.storage else what
+            raise translate_error(exc, where) from exc
+
+    @contextmanager
+    def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        if self.storage is not None:
+            with self.storage.transaction(what) as conn:
+                yield conn
+            return
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    def _kv(self, keys: Sequence[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for start in range(0, len(keys), 500):
+            chunk = keys[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            found.update(
+                self.conn.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", chunk)
+            )
+        return found
+
+    # -- search ---------------------------------------------------------------------
+
+    def search(self, request: SearchRequest) -> SearchResult:
+        if not self.present:
+            assert self.storage is not None
+            return ScanIndex(self.storage).search(request)
+        match = fts_query(request.text, request.raw)
+        levels = visible_levels(request.taint)
+        where = [f"classification IN ({','.join('?' * len(levels))})"]
+        params: list[Any] = [match, *(level.name for level in levels)]
+        if request.agent is not None:
+            where.append("agent_id = ?")
+            params.append(request.agent)
+        if request.tag is not None:
+            where.append("instr(' ' || tags || ' ', ?) > 0")  # necessary; checked exactly below
+            params.append(f" {request.tag} ")
+        sql = (
+            "SELECT rowid, agent_id, classification, key, rank, "
+            f"snippet(memory_fts, 3, '{HIGHLIGHT_START}', '{HIGHLIGHT_END}', '…', "
+            f"{SNIPPET_TOKENS}), "
+            "(SELECT record_json FROM memory_meta m WHERE m.agent_id = memory_fts.agent_id "
+            "AND m.classification = memory_fts.classification AND m.key = memory_fts.key) "
+            f"FROM memory_fts WHERE memory_fts MATCH ? AND {' AND '.join(where)} ORDER BY rank"
+        )
+        result = SearchResult(self.kind)
+        seen: set[tuple[str, str, str]] = set()
+        with self._errors("search", request.text):
+            cursor = self.conn.execute(sql, params)
+            try:
+                batch = request.limit
+                while len(result.hits) < request.limit:
+                    rows = cursor.fetchmany(batch)
+                    if not rows:
+                        break
+                    self._accept(rows, request, levels, result, seen)
+                    batch = min(batch * 2, 256)
+            finally:
+                cursor.close()
+        return result
+
+    def _accept(
+        self,
+        rows: list[tuple[Any, ...]],
+        request: SearchRequest,
+        levels: tuple[Level, ...],
+        result: SearchResult,
+        seen: set[tuple[str, str, str]],
+    ) -> None:
+        """Keep the rows whose kv record is the live, visible top version."""
+        wanted: list[str] = []
+        for _rowid, agent, level_name, key, *_rest in rows:
+            level = Level[level_name]
+            wanted += [storage_key(agent, above, key) for above in levels if above >= level]
+        values = self._kv(wanted)
+        loads = fast_loads()
+        for _rowid, agent, level_name, key, rank, marked, meta_json in rows:
+            if len(result.hits) >= request.limit:
+                return
+            level = Level[level_name]
+            skey = storage_key(agent, level, key)
+            value = values.get(skey)
+            record = None if value is None else parse_record(skey, value, loads)
+            if record is None:
+                result.stale += 1  # kv row gone: an orphaned index row
+                continue
+            if not isinstance(record, MemoryRecord):
+                if skey not in result.malformed:
+                    result.malformed.append(skey)
+                continue
+            if record.expired or meta_json != value or (record.agent, record.key) != (agent, key):
+                # kv changed since it was indexed (or the row is no record's: a ':' in its
+                # agent_id makes its storage key name another record)
+                result.stale += 1
+                continue
+            if any(
+                self._live(values, agent, above, key, loads) for above in levels if above > level
+            ):
+                continue  # shadowed: get returns a higher version
+            if request.tag is not None and request.tag not in record.tags:
+                continue
+            if (agent, level_name, key) in seen:
+                continue  # a duplicate index row
+            seen.add((agent, level_name, key))
+            snippet, spans = split_snippet(marked or "")
+            result.hits.append(Hit(record, -float(rank), snippet, spans))
+
+    @staticmethod
+    def _live(
+        values: dict[str, str], agent: str, level: Level, key: str, loads: Callable[[str], Any]
+    ) -> bool:
+        skey = storage_key(agent, level, key)
+        value = values.get(skey)
+        if value is None:
+            return False
+        record = parse_record(skey, value, loads)
+        return isinstance(record, MemoryRecord) and record.live
+
+    # -- writes ---------------------------------------------------------------------
+
+    def _rows_of(self, conn: sqlite3.Connection, agent: str, level: str, key: str) -> list[int]:
+        """rowids of the memory_fts rows of one record.
+
+        The gateway deletes them with ``DELETE ... WHERE agent_id = ? AND
+        classification = ? AND key = ?``, a scan of the whole table; a MATCH
+        on the key's (or agent's) own tokens finds the same rows through the
+        full-text index. Text without tokens falls back to the scan.
+        """
+        for column, text in (("key", key), ("agent_id", agent)):
+            if has_tokens(text):
+                rows = conn.execute(
+                    "SELECT rowid FROM memory_fts WHERE memory_fts MATCH ? "
+                    "AND agent_id = ? AND classification = ? AND key = ?",
+                    (f"{{{column}}} : {fts_string(text)}", agent, level, key),
+                )
+                return [row[0] for row in rows]
+        rows = conn.execute(
+            "SELECT rowid FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?",
+            (agent, level, key),
+        )
+        return [row[0] for row in rows]
+
+    def _reindex_one(
+        self, conn: sqlite3.Connection, skey: str, value: str | None, rowids: Iterable[int]
+    ) -> None:
+        """Bring the index rows of one storage key in step with its kv value."""
+        parts = split_key(skey)
+        assert parts is not None
+        agent, level, key = parts
+        for rowid in rowids:
+            conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+        record = None if value is None else parse_record(skey, value)
+        if isinstance(record, MemoryRecord) and record.live:
+            conn.execute(INSERT_FTS, fts_row(record))
+            conn.execute(UPSERT_META, (agent, level.name, key, value))
+        else:
+            conn.execute(DELETE_META, (agent, level.name, key))
+
+    def write(
+        self, storage_key: str, update: Callable[[str | None], str]
+    ) -> tuple[str | None, str]:
+        parts = split_key(storage_key)
+        assert parts is not None
+        with self._transaction("memory write") as conn:
+            row = conn.execute("SELECT value FROM kv WHERE key = ?", (storage_key,)).fetchone()
+            old = None if row is None else str(row[0])
+            new = update(old)
+            conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (storage_key, new))
+            if self.present:
+                rowids = self._rows_of(conn, parts[0], parts[1].name, parts[2])
+                self._reindex_one(conn, storage_key, new, rowids)
+        return old, new
+
+    def hard_delete(
+        self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
+    ) -> int:
+        deleted = 0
+        for start in range(0, len(items), REPAIR_BATCH):
+            done = 0
+            with self._transaction("memory purge") as conn:
+                for skey, expected in items[start : start + REPAIR_BATCH]:
+                    cursor = conn.execute(
+                        "DELETE FROM kv WHERE key = ? AND value = ?", (skey, expected)
+                    )
+                    if cursor.rowcount != 1:
+                        continue  # rewritten meanwhile: whoever wrote it wins
+                    done += 1
+                    parts = split_key(skey)
+                    if self.present and parts is not None:
+                        rowids = self._rows_of(conn, parts[0], parts[1].name, parts[2])
+                        self._reindex_one(conn, skey, None, rowids)
+            deleted += done
+            if on_batch is not None:
+                on_batch(done)
+        return deleted
+
+    # -- drift and repair -------------------------------------------------------------
+
+    def _kv_rows(self, agent: str | None) -> Iterable[tuple[str, str]]:
+        if self.storage is not None:
+            return self.storage.scan(agent_prefix(agent), batch_size=2000)
+        prefix = agent_prefix(agent)
+        return self.conn.execute(
+            "SELECT key, value FROM kv WHERE key >= ? AND substr(key, 1, ?) = ? ORDER BY key",
+            (prefix, len(prefix), prefix),
+        )
+
+    def _survey(
+        self, levels: Sequence[Level], agent: str | None
+    ) -> tuple[Drift, list[Triple], set[Triple]]:
+        """The drift, the records to fix, and those that had memory_fts rows."""
+        drift = Drift(self.kind, tuple(levels), indexed=self.present)
+        drift.tables_missing = not self.present
+        names = {level.name for level in levels}
+        loads = fast_loads()
+        want: dict[Triple, tuple[int, int]] = {}
+        with self._errors("read kv"):
+            for skey, value in self._kv_rows(agent):
+                parts = split_key(skey)
+                if parts is None or parts[1].name not in names:
+                    continue
+                record = parse_record(skey, value, loads)
+                if isinstance(record, MemoryRecord) and record.live:
+                    want[fts_row(record)[:3]] = (hash(value), hash(fts_row(record)[3:]))
+        drift.records = len(want)
+        if not self.present:
+            for triple in sorted(want):
+                drift.note("missing", _name(triple))
+            return drift, sorted(want), set()
+        where, params = self._scope(levels, agent)
+        meta: dict[Triple, int] = {}
+        fts: dict[Triple, list[int]] = {}
+        with self._errors("read the memory index"):
+            for a, c, k, record_json in self.conn.execute(
+                f"SELECT agent_id, classification, key, record_json FROM memory_meta{where}", params
+            ):
+                meta[(a, c, k)] = hash(record_json)
+            for a, c, k, content, tags in self.conn.execute(
+                f"SELECT agent_id, classification, key, content, tags FROM memory_fts{where}",
+                params,
+            ):
+                fts.setdefault((a, c, k), []).append(hash((content, tags)))
+        fix: list[Triple] = []
+        for triple in sorted(want.keys() | meta.keys() | fts.keys(), key=repr):
+            wanted, meta_hash, rows = want.get(triple), meta.get(triple), fts.get(triple, [])
+            if len(rows) > 1:
+                drift.duplicates += len(rows) - 1
+            if wanted is None:
+                drift.note("orphaned", _name(triple))
+            elif meta_hash is None or not rows:
+                drift.note("missing", _name(triple))
+            elif meta_hash != wanted[0] or len(rows) > 1 or rows[0] != wanted[1]:
+                drift.note("stale", _name(triple))
+            else:
+                drift.in_sync += 1
+                continue
+            fix.append(triple)
+        return drift, fix, set(fts)
+
+    @staticmethod
+    def _scope(levels: Sequence[Level], agent: str | None) -> tuple[str, list[str]]:
+        """WHERE clause for index rows of these levels (all rows when every level is in)."""
+        conditions: list[str] = []
+        params: list[str] = []
+        if len(levels) < len(Level):
+            conditions.append(f"classification IN ({','.join('?' * len(levels))})")
+            params += [level.name for level in levels]
+        if agent is not None:
+            conditions.append("agent_id = ?")
+            params.append(agent)
+        return (" WHERE " + " AND ".join(conditions) if conditions else ""), params
+
+    def check(self, levels: Sequence[Level], *, agent: str | None = None) -> Drift:
+        return self._survey(levels, agent)[0]
+
+    def repair(self, levels: Sequence[Level], *, on_batch: BatchCallback | None = None) -> Drift:
+        if not self.present:
+            with self._transaction("create the memory index tables") as conn:
+                conn.execute(MEMORY_FTS_SQL)
+                conn.execute(MEMORY_META_SQL)
+            self.present, self.kind = True, "sqlite-fts5"
+        drift, fix, had_rows = self._survey(levels, None)
+        with _synchronous_normal(self.conn):
+            self._rewrite(drift, fix, had_rows, on_batch)
+        return drift
+
+    def _rewrite(
+        self,
+        drift: Drift,
+        fix: list[Triple],
+        had_rows: set[Triple],
+        on_batch: BatchCallback | None,
+    ) -> None:
+        loads = fast_loads()
+        for start in range(0, len(fix), REPAIR_BATCH):
+            batch = fix[start : start + REPAIR_BATCH]
+            rowids: list[tuple[int]] = []
+            dropped: list[Triple] = []
+            fts: list[tuple[str, str, str, str, str]] = []
+            meta: list[tuple[str, str, str, str]] = []
+            with self._transaction("memory reindex") as conn:
+                current = self._kv([_name(triple) for triple in batch])
+                for triple in batch:
+                    # Rows present at survey time are looked up again inside this
+                    # transaction: the gateway may have rewritten them since.
+                    if triple in had_rows:
+                        rowids += [(rowid,) for rowid in self._rows_of(conn, *triple)]
+                    skey = _name(triple)
+                    # A row under no real level, or with ':' in its agent, is no record's.
+                    valid = split_key(skey) == (triple[0], LEVELS_BY_NAME.get(triple[1]), triple[2])
+                    value = current.get(skey) if valid else None
+                    record = None if value is None else parse_record(skey, value, loads)
+                    if isinstance(record, MemoryRecord) and record.live:
+                        fts.append(fts_row(record))
+                        meta.append((*triple, record.value))
+                    else:
+                        dropped.append(triple)
+                conn.executemany("DELETE FROM memory_fts WHERE rowid = ?", rowids)
+                conn.executemany(INSERT_FTS, fts)
+                conn.executemany(UPSERT_META, meta)
+                conn.executemany(DELETE_META, dropped)
+            drift.fixed += len(batch)
+            if on_batch is not None:
+                on_batch(len(batch))
+
+
+@contextmanager
+def _synchronous_normal(conn: sqlite3.Connection) -> Iterator[None]:
+    """No fsync per commit while rewriting index rows (this connection only).
+
+    The rows are derived from kv: a power cut loses at most the last batches
+    of index rows (drift the next reindex repairs), never kv, and in WAL mode
+    never the database's integrity. The setting is per connection: the
+    gateway's own writes keep their durability.
+    """
+    previous = conn.execute("PRAGMA synchronous").fetchone()[0]
+    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA synchronous={int(previous)}")
+
+
+def _name(triple: Triple) -> str:
+    """The storage key of an index row's (agent, level, key)."""
+    return f"{PREFIX}{triple[0]}:{triple[1]}:{triple[2]}"
