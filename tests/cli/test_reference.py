@@ -153,6 +153,8 @@ t triggerfish-admin --format ""
 t triggerfish-admin kv list --namespace lin
 t triggerfish-admin kv list --k
 t triggerfish-admin --backend ""
+t triggerfish-admin memory search --taint C
+t triggerfish-admin memory ""
 """
 
 
@@ -173,6 +175,9 @@ def test_bash_completion_in_a_real_bash(gateway_db: Path) -> None:
     assert lines[3].split() == ["lineage", "lineage-fwd", "lineage-hash", "lineage-session"]
     assert lines[4].split() == ["--keys-only"]
     assert {"sqlite", "memory"} <= set(lines[5].split())
+    assert lines[6].split() == ["CONFIDENTIAL"]
+    assert {"search", "get", "list", "save", "delete"} <= set(lines[7].split())
+    assert {"kv", "memory", "config"} <= set(lines[0].split())
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
