@@ -199,6 +199,65 @@ def test_delete_if_unchanged_keeps_rewritten_records(kv: Provider) -> None:
     assert kv.get("changed") == "new"
 
 
+def test_replace_if_unchanged_is_compare_and_swap(kv: Provider) -> None:
+    kv.set("same", "old")
+    kv.set("changed", "new")
+    kv.set("other", "x")
+    batches: list[int] = []
+    replaced = kv.replace_if_unchanged(
+        [("same", "old", "trimmed"), ("changed", "old", "trimmed"), ("gone", "old", "trimmed")],
+        batch_size=2,
+        on_batch=batches.append,
+    )
+    assert replaced == 1
+    assert sum(batches) == 1 and len(batches) == 2
+    assert dict(kv.scan()) == {"same": "trimmed", "changed": "new", "other": "x"}
+    assert kv.get("gone") is None  # a missing key is never created
+    assert kv.replace_if_unchanged([]) == 0
+
+
+def test_lock_is_exclusive_per_name_and_store(make: Factory) -> None:
+    from triggerfish_cli.errors import BusyError
+
+    first, second = make(), make()
+    with first.lock("retention-sweep"):
+        with pytest.raises(BusyError) as info, second.lock("retention-sweep"):
+            pass
+        assert info.value.exit_code == 6
+        with second.lock("other-job"):  # another name is another lock
+            pass
+    with second.lock("retention-sweep"):  # released at the end of the block
+        pass
+
+
+def test_lock_is_released_when_the_block_fails(make: Factory) -> None:
+    first, second = make(), make()
+    with pytest.raises(KeyboardInterrupt), first.lock("job"):
+        raise KeyboardInterrupt
+    with second.lock("job"):
+        pass
+
+
+def test_lock_waits_for_the_holder(make: Factory) -> None:
+    import threading
+
+    first, second = make(), make()
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with first.lock("job"):
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(10)
+    threading.Timer(0.2, release.set).start()
+    with second.lock("job", wait=30):
+        assert release.is_set()  # we got it only once the holder let go
+    holder.join(10)
+
+
 def test_clear(kv: Provider) -> None:
     fill(kv, TRICKY)
     kv.clear()

@@ -26,6 +26,10 @@ PROG = "triggerfish-admin"
 GROUPS: dict[str, tuple[str, str]] = {
     "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
     "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
+    "retention": (
+        "triggerfish_cli.cli.retention",
+        "Apply the retention policies: see them, plan a sweep, sweep.",
+    ),
 }
 
 

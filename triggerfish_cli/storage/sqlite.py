@@ -18,7 +18,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -284,6 +284,51 @@ class SqliteStorage(BaseStorage):
         return self._batched_write(
             "DELETE FROM kv WHERE key = ? AND value = ?", items, batch_size, pause, on_batch
         )
+
+    def replace_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        rows = ((new, key, expected) for key, expected, new in items)
+        return self._batched_write(
+            "UPDATE kv SET value = ? WHERE key = ? AND value = ?", rows, batch_size, pause, on_batch
+        )
+
+    def lock_path(self, name: str) -> Path:
+        """The lock file of ``name``, beside the database: ``<db>-tfadmin-<name>.lock``."""
+        from triggerfish_cli.storage.locks import lock_file_name
+
+        target = self.path.resolve()
+        return target.with_name(f"{target.name}-tfadmin-{lock_file_name(name)}.lock")
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """An OS file lock (flock) beside the database file.
+
+        Every process of this tool on this host that opens the same file
+        (through any path: it is resolved) takes the same lock. The gateway
+        never takes it; it only keeps our own jobs apart.
+        """
+        from triggerfish_cli.storage.locks import file_lock
+
+        return file_lock(self.lock_path(name), wait, what=f"{name} on {self.describe()}")
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(mode)``: ``(busy, wal frames, frames checkpointed)``.
+
+        PASSIVE never waits for and never blocks the gateway: it copies what
+        it can of the WAL into the database. Run between the batches of a
+        long job, it keeps the WAL small, so that the gateway's next commit
+        does not pay for a large automatic checkpoint.
+        """
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
+        with self.errors("checkpoint"):
+            row = self.connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
     def count(self, prefix: str | None = None) -> int:
         where, params = _range_clause(prefix)
