@@ -271,6 +271,8 @@ def sweep_cmd(
         plan = read_plan(provider, policies, now, only=only)
         check_limit(plan, max_delete)
         if plan.deletes or plan.trims:
+            if not yes and out.stdin_is_tty:
+                _brief(out, plan)
             out.confirm(
                 f"Delete {plan.deletes} and trim {plan.trims} record(s) in "
                 f"{provider.describe()}? (see `retention plan`)",
@@ -280,6 +282,19 @@ def sweep_cmd(
         with out.progress("sweeping", total=plan.deletes + plan.trims) as bar:
             result = apply_plan(provider, plan, pacing=pacing, on_progress=bar.advance)
     _report(out, result.as_dict())
+
+
+def _brief(out: Output, plan: Plan) -> None:
+    """What the sweep is about to do, on stderr, before asking."""
+    from triggerfish_cli.cli.output import human_bytes
+
+    for ns_plan in plan.namespaces.values():
+        if ns_plan.actions:
+            trims = f", trim {ns_plan.trims}" if ns_plan.trims else ""
+            out.info(
+                f"  {ns_plan.policy.namespace}  delete {ns_plan.deletes}{trims} "
+                f"({human_bytes(ns_plan.bytes)}): {ns_plan.policy.rule}"
+            )
 
 
 def _report(out: Output, summary: dict[str, Any]) -> None:
