@@ -45,7 +45,7 @@ from typing import Any
 from triggerfish_cli import namespaces
 from triggerfish_cli.namespaces import Namespace
 from triggerfish_cli.retention import KEEP, Policies, Policy
-from triggerfish_cli.serialization import dumps, parse_iso, to_iso
+from triggerfish_cli.serialization import canonical_iso, dumps
 from triggerfish_cli.storage.provider import value_size
 
 #: Relational inputs: a namespace's plan needs these namespaces read in full.
@@ -88,8 +88,8 @@ class Action:
     namespace: str
     expected: str
     replacement: str | None = None
-    #: The record's time as its rule reads it (None for followers).
-    time: datetime | None = None
+    #: The record's time as its rule reads it, canonical ISO (None for followers).
+    time: str | None = None
     #: Entries removed from an array (trims); 1 for a delete.
     removed: int = 1
     reason: str = ""
@@ -110,7 +110,7 @@ class Action:
             "key": self.key,
             "namespace": self.namespace,
             "action": "delete" if self.is_delete else "trim",
-            "time": to_iso(self.time) if self.time else None,
+            "time": self.time,
             "bytes": self.bytes,
             "entries": self.removed if not self.is_delete else None,
             "reason": self.reason,
@@ -157,12 +157,11 @@ class NamespacePlan:
         return sum(action.bytes for action in self.actions)
 
     @property
-    def oldest(self) -> datetime | None:
+    def oldest(self) -> str | None:
         times = [action.time for action in self.actions if action.time is not None]
         return min(times) if times else None
 
     def as_row(self) -> dict[str, Any]:
-        oldest = self.oldest
         return {
             "namespace": self.policy.namespace,
             "policy": self.policy.spec,
@@ -172,7 +171,7 @@ class NamespacePlan:
             "delete": self.deletes,
             "trim": self.trims,
             "bytes": self.bytes,
-            "oldest": to_iso(oldest) if oldest else None,
+            "oldest": self.oldest,
             "unknown_age": len(self.unknown),
             "rule": self.policy.rule,
         }
@@ -253,8 +252,7 @@ def make_plan(
     act on these namespaces only.
     """
     planner = _Planner(policies, now, only, complete, loads)
-    for key, value in records:
-        planner.add(key, value)
+    planner.feed(records)
     return planner.finish()
 
 
@@ -282,12 +280,29 @@ class _Planner:
         if only is not None:
             shown = [p for p in shown if p in only]
         self.plans = {p: NamespacePlan(policies[p]) for p in apply_order(shown)}
+        #: Cutoffs as canonical ISO strings: a time older than the policy is smaller.
+        self.cutoffs: dict[str, str | None] = {}
+        for policy in policies:
+            cutoff = policy.cutoff(now)
+            self.cutoffs[policy.namespace] = (
+                None if cutoff is None else canonical_iso(cutoff.isoformat())
+            )
+        self.specs = {policy.namespace: policy.spec for policy in policies}
+        self.older_than = {prefix: f"older than {spec}" for prefix, spec in self.specs.items()}
+        self.readers = {
+            ns.prefix: namespaces.time_reader(ns, self.loads) for ns in namespaces.NAMESPACES
+        }
+        # prefix -> (namespace, handler, acts?)
+        self.dispatch = {
+            ns.prefix: (ns, _HANDLERS.get(ns.prefix, _Planner._plain), ns.prefix in self.acting)
+            for ns in namespaces.NAMESPACES
+        }
         self.unknown_ns: Counter[str] = Counter()
         self.main_ids: set[str] = set()
         self.sessions_seen: set[str] = set()
         self.sessions_gone: set[str] = set()
-        self.session_candidates: list[tuple[str, str, datetime]] = []
-        self.conv_newest: dict[str, datetime] = {}
+        self.session_candidates: list[tuple[str, str, str]] = []
+        self.conv_newest: dict[str, str] = {}
         self.conv_last: dict[str, str] = {}
         self.conv_left: set[str] = set()
         self.conv_unknown: set[str] = set()
@@ -299,9 +314,6 @@ class _Planner:
 
     def _has(self, prefix: str) -> bool:
         return self.complete is None or prefix in self.complete
-
-    def _cutoff(self, prefix: str) -> datetime | None:
-        return self.policies[prefix].cutoff(self.now)
 
     def _parse(self, value: str) -> Any:
         if not value or value[0] not in "{[":
@@ -325,7 +337,7 @@ class _Planner:
         ns: Namespace,
         key: str,
         value: str,
-        moment: datetime | None,
+        moment: str | None,
         reason: str,
         guard: Guard | None = None,
     ) -> None:
@@ -333,39 +345,49 @@ class _Planner:
             Action(key, ns.prefix, value, time=moment, reason=reason, guard=guard)
         )
 
-    def _older(self, prefix: str, moment: datetime) -> bool:
-        cutoff = self._cutoff(prefix)
+    def _older(self, prefix: str, moment: str) -> bool:
+        cutoff = self.cutoffs[prefix]
         return cutoff is not None and moment < cutoff
 
     def _by_age(self, ns: Namespace, key: str, value: str) -> None:
         """The plain rule: the registry's record time, older than the policy."""
-        moment = namespaces.record_time(ns, key, value, self.loads)
+        moment = self.readers[ns.prefix](key, value)
         if moment is None and ns.time_in_key:
             self.plans[ns.prefix].unknown.append(Unknown(key, ns.prefix, "no ISO time in the key"))
         elif moment is None:
             self._unknown(ns, key, value, " or ".join(ns.time_fields) or "time")
         elif self._older(ns.prefix, moment):
-            self._delete(ns, key, value, moment, f"older than {self.policies[ns.prefix].spec}")
+            self._delete(ns, key, value, moment, self.older_than[ns.prefix])
 
     # -- reading records ----------------------------------------------------------
 
-    def add(self, key: str, value: str) -> None:
-        ns = namespaces.for_key(key)
-        if ns is None:
-            self.unknown_ns[namespaces.group_of(key)] += 1
-            return
-        plan = self.plans.get(ns.prefix)
-        if plan is not None:
-            plan.records += 1
-        acts = ns.prefix in self.acting
-        handler = _HANDLERS.get(ns.prefix)
-        if handler is not None:
+    def feed(self, records: Iterable[tuple[str, str]]) -> None:
+        """Take in records (the hot loop of a million-key scan: keep it lean)."""
+        dispatch = self.dispatch.get
+        counts: Counter[str] = Counter()
+        for key, value in records:
+            colon = key.find(":")
+            entry = dispatch(key[: colon + 1]) if colon >= 0 else None
+            if entry is None:
+                found = namespaces.for_key(key)
+                if found is None:
+                    self.unknown_ns[namespaces.group_of(key)] += 1
+                    continue
+                entry = self.dispatch[found.prefix]
+            ns, handler, acts = entry
+            counts[ns.prefix] += 1
             handler(self, ns, key, value, acts)
-        elif acts:
-            if self.policies[ns.prefix].kind == KEEP:
-                self.deferred.append((ns.prefix, key, value))
-            else:
-                self._by_age(ns, key, value)
+        for prefix, count in counts.items():
+            if prefix in self.plans:
+                self.plans[prefix].records += count
+
+    def _plain(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
+        if not acts:
+            return
+        if self.policies[ns.prefix].kind == KEEP:
+            self.deferred.append((ns.prefix, key, value))
+        else:
+            self._by_age(ns, key, value)
 
     def _main_session_id(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         document = self._parse(value)
@@ -378,16 +400,19 @@ class _Planner:
         sid = key[len(ns.prefix) :]
         self.sessions_seen.add(sid)
         if acts:
-            moment = namespaces.record_time(ns, key, value, self.loads)
+            moment = self.readers[ns.prefix](key, value)
             if moment is None:
                 self._unknown(ns, key, value, "createdAt")
-            else:
+            elif self._older(ns.prefix, moment):  # else: young, whatever its history says
                 self.session_candidates.append((key, value, moment))
 
     def _conv(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
-        sid = key[len(ns.prefix) :].rpartition(":")[0]
-        moment = namespaces.record_time(ns, key, value, self.loads)
-        if key > self.conv_last.get(sid, ""):
+        # The hot path: three quarters of a real store are messages.
+        cut = key.rfind(":")
+        sid = key[5:cut] if cut > 4 else ""  # conv:<session>:<seq>
+        moment = self.readers["conv:"](key, value)
+        last = self.conv_last.get(sid)
+        if last is None or key > last:
             self.conv_last[sid] = key
         if moment is None:
             self.conv_unknown.add(sid)
@@ -398,8 +423,11 @@ class _Planner:
         newest = self.conv_newest.get(sid)
         if newest is None or moment > newest:
             self.conv_newest[sid] = moment
-        if acts and self._older(ns.prefix, moment):
-            self._delete(ns, key, value, moment, f"older than {self.policies[ns.prefix].spec}")
+        cutoff = self.cutoffs["conv:"]
+        if acts and cutoff is not None and moment < cutoff:
+            self.plans["conv:"].actions.append(
+                Action(key, "conv:", value, time=moment, reason=self.older_than["conv:"])
+            )
         else:
             self.conv_left.add(sid)
 
@@ -437,7 +465,7 @@ class _Planner:
         timed = [
             (index, moment)
             for index, run in enumerate(runs)
-            if isinstance(run, dict) and (moment := parse_iso(run.get(field_name))) is not None
+            if isinstance(run, dict) and (moment := canonical_iso(run.get(field_name))) is not None
         ]
         if len(timed) < len(runs):
             # runs without a readable time stay; the rest are judged on their own
@@ -468,29 +496,28 @@ class _Planner:
         if not isinstance(document, dict):
             self._unknown(ns, key, value, "createdAt")
             return
-        delivered = parse_iso(document.get("deliveredAt"))
+        delivered = canonical_iso(document.get("deliveredAt"))
         if delivered is None:
             if document.get("delivered") is True or "deliveredAt" in document:
                 self._unknown(ns, key, value, "deliveredAt")
             return  # undelivered: stays
-        created = namespaces.record_time(ns, key, value, self.loads)
+        created = self.readers[ns.prefix](key, value)
         if created is None:
             self._unknown(ns, key, value, "createdAt")
         elif self._older(ns.prefix, max(created, delivered)):
-            spec = self.policies[ns.prefix].spec
+            spec = self.specs[ns.prefix]
             self._delete(ns, key, value, delivered, f"delivered more than {spec} ago")
 
     def _pairing(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         if not acts or key.startswith("pairing:linked:"):
             return
         document = self._parse(value)
-        expires = parse_iso(document.get("expiresAt")) if isinstance(document, dict) else None
+        expires = canonical_iso(document.get("expiresAt")) if isinstance(document, dict) else None
         if expires is None:
             self._unknown(ns, key, value, "expiresAt")
         elif self._older(ns.prefix, expires):
-            self._delete(
-                ns, key, value, expires, f"past expiresAt ({self.policies[ns.prefix].spec})"
-            )
+            spec = self.specs[ns.prefix]
+            self._delete(ns, key, value, expires, f"past expiresAt ({spec})")
 
     def _memory(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         if not acts:
@@ -501,11 +528,11 @@ class _Planner:
             return
         if document["expired"] is not True:
             return  # a live memory: never
-        deleted = parse_iso(document.get("updatedAt"))
+        deleted = canonical_iso(document.get("updatedAt"))
         if deleted is None:
             self._unknown(ns, key, value, "updatedAt")
         elif self._older(ns.prefix, deleted):
-            spec = self.policies[ns.prefix].spec
+            spec = self.specs[ns.prefix]
             self._delete(ns, key, value, deleted, f"soft-deleted more than {spec} ago")
 
     # -- relational rules ------------------------------------------------------
@@ -540,15 +567,15 @@ class _Planner:
                 self._delete(ns, key, value, activity, f"idle for more than {spec}", guard)
                 self.sessions_gone.add(sid)
 
-    def _history(self, value: str) -> list[datetime]:
+    def _history(self, value: str) -> list[str]:
         document = self._parse(value)
         history = document.get("history") if isinstance(document, dict) else None
         if not isinstance(history, list):
             return []
-        times = [parse_iso(step.get("timestamp")) for step in history if isinstance(step, dict)]
+        times = [canonical_iso(step.get("timestamp")) for step in history if isinstance(step, dict)]
         return [moment for moment in times if moment is not None]
 
-    def _conv_times(self, sid: str) -> list[datetime]:
+    def _conv_times(self, sid: str) -> list[str]:
         newest = self.conv_newest.get(sid)
         return [] if newest is None else [newest]
 
@@ -589,7 +616,7 @@ class _Planner:
                 versions.append((int(match.group(1)), key, value))
         versions.sort(reverse=True)
         for _number, key, value in versions[policy.keep or len(versions) :]:
-            moment = namespaces.record_time(ns, key, value, self.loads)
+            moment = self.readers[ns.prefix](key, value)
             self._delete(ns, key, value, moment, f"beyond the {policy.keep} newest versions")
 
 

@@ -79,16 +79,22 @@ def read_plan(
     *,
     only: Collection[str] | None = None,
 ) -> Plan:
-    """Read what the plan needs, namespace by namespace in short read batches, and plan."""
+    """Read what the plan needs (one snapshot where the backend has one) and plan.
+
+    Without a snapshot (the generic fallback) namespaces are read followers
+    first, so a key written meanwhile finds the record it follows; either
+    way the guards are checked again when the sweep applies the plan.
+    """
     from triggerfish_cli.serialization import fast_loads
 
     prefixes = needed(policies, only)
-
-    def records() -> Iterator[tuple[str, str]]:
-        for prefix in prefixes:
-            yield from provider.scan(prefix, batch_size=5000)
-
-    return make_plan(records(), policies, now, only=only, complete=prefixes, loads=fast_loads())
+    records = provider.scan_many(prefixes, batch_size=5000)
+    try:
+        return make_plan(records, policies, now, only=only, complete=prefixes, loads=fast_loads())
+    finally:
+        close = getattr(records, "close", None)
+        if close is not None:  # end the snapshot even when planning failed
+            close()
 
 
 def check_limit(plan: Plan, max_delete: int | None) -> None:
@@ -178,6 +184,14 @@ class _Pacer:
             time.sleep(left)
 
 
+def _bulk(provider: StorageProvider) -> contextlib.AbstractContextManager[None]:
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    if isinstance(provider, SqliteStorage):
+        return provider.relaxed_durability()
+    return contextlib.nullcontext()
+
+
 def _checkpointer(provider: StorageProvider) -> Callable[[], object] | None:
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
@@ -213,19 +227,9 @@ def apply_plan(
     )
     by_name = {entry.namespace: entry for entry in result.namespaces}
     memory = _MemoryIndex.of(provider) if "memory:" in plan.namespaces else None
-    remaining = sum(len(ns_plan.actions) for ns_plan in plan.namespaces.values())
     try:
-        for prefix, ns_plan in plan.namespaces.items():
-            actions, done = ns_plan.actions, 0
-            while done < len(actions):
-                batch = actions[done : done + pacer.size]
-                done += len(batch)
-                remaining -= len(batch)
-                held = _apply_batch(provider, batch, by_name[prefix], memory)
-                if on_progress is not None:
-                    on_progress(len(batch))
-                if remaining:
-                    pacer.rest(held)
+        with _bulk(provider):
+            _apply_all(provider, plan, pacer, by_name, memory, on_progress)
     except KeyboardInterrupt:
         result.interrupted = True
         _finish(provider, result, quiet=True)
@@ -242,6 +246,28 @@ def apply_plan(
         pacer.checkpoint()
     _finish(provider, result)
     return result
+
+
+def _apply_all(
+    provider: StorageProvider,
+    plan: Plan,
+    pacer: _Pacer,
+    by_name: dict[str, NamespaceResult],
+    memory: _MemoryIndex | None,
+    on_progress: ProgressFn | None,
+) -> None:
+    remaining = sum(len(ns_plan.actions) for ns_plan in plan.namespaces.values())
+    for prefix, ns_plan in plan.namespaces.items():
+        actions, done = ns_plan.actions, 0
+        while done < len(actions):
+            batch = actions[done : done + pacer.size]
+            done += len(batch)
+            remaining -= len(batch)
+            held = _apply_batch(provider, batch, by_name[prefix], memory)
+            if on_progress is not None:
+                on_progress(len(batch))
+            if remaining:
+                pacer.rest(held)
 
 
 def _finish(provider: StorageProvider, result: SweepResult, *, quiet: bool = False) -> None:

@@ -164,6 +164,28 @@ def test_scan_pages_and_resumes(kv: Provider) -> None:
     assert list(kv.scan_keys(None, start_after="n:023")) == ["n:024", "o:1"]
 
 
+def test_scan_many_reads_each_key_under_the_prefixes_once(kv: Provider) -> None:
+    fill(kv, TRICKY)
+    for prefixes in (["a", "日", "%"], ["sessions:", "memory:"], ["nothing"], [], ["a_", "a%"]):
+        expected = sorted(k for k in TRICKY if any(k.startswith(p) for p in prefixes))
+        got = list(kv.scan_many(prefixes, batch_size=2))
+        assert sorted(got) == [(k, f"v:{k}") for k in expected]
+        assert len(got) == len(expected)
+    kv.set("a", "changed")  # the snapshot has ended: the store is writable again
+    assert dict(kv.scan_many(["a"]))["a"] == "changed"
+
+
+def test_scan_many_on_a_large_share_and_a_small_share(kv: Provider) -> None:
+    fill(kv, [f"big:{i:04d}" for i in range(300)] + [f"small:{i}" for i in range(5)])
+    assert len(list(kv.scan_many(["big:", "small:"], batch_size=50))) == 305
+    assert sorted(k for k, _ in kv.scan_many(["small:"])) == [f"small:{i}" for i in range(5)]
+    stream = kv.scan_many(["big:"], batch_size=10)
+    next(stream)
+    stream.close()  # stopping early ends the snapshot
+    kv.set("big:0000", "new")
+    assert kv.get("big:0000") == "new"
+
+
 def test_get_many(kv: Provider) -> None:
     fill(kv, ["a", "b", "c"])
     assert kv.get_many(["a", "c", "missing"]) == {"a": "v:a", "c": "v:c"}

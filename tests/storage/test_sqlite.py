@@ -187,3 +187,20 @@ def test_range_queries_fix_the_gateways_like_listing(tmp_path: Path) -> None:
 )
 def test_gaps_between_prefix_ranges(prefixes: list[str], gaps: list[tuple[str, str]]) -> None:
     assert _gaps(prefixes) == gaps
+
+
+def test_scan_many_is_one_snapshot_that_never_blocks_a_writer(tmp_path: Path) -> None:
+    db = tmp_path / "snap.db"
+    store = SqliteStorage(db, create=True)
+    store.set_many((f"conv:s:{i:04d}", "old") for i in range(100))
+    writer = sqlite3.connect(db, timeout=0, isolation_level=None)  # no busy timeout
+    stream = store.scan_many(["conv:"], batch_size=10)
+    first = [next(stream) for _ in range(10)]
+    writer.execute("INSERT OR REPLACE INTO kv VALUES ('conv:s:0099', 'new')")  # not blocked
+    writer.execute("INSERT INTO kv VALUES ('conv:s:0100', 'new')")
+    rest = list(stream)
+    seen = dict(first + rest)
+    assert len(seen) == 100 and set(seen.values()) == {"old"}  # the snapshot
+    assert store.get("conv:s:0099") == "new" and store.count("conv:") == 101
+    writer.close()
+    store.close()

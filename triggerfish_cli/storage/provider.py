@@ -119,6 +119,19 @@ class StorageProvider(Protocol):
         batch_size: int = DEFAULT_BATCH,
     ) -> Iterator[str]: ...
 
+    def scan_many(
+        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str]]:
+        """Every ``(key, value)`` under any of ``prefixes``, in no particular order.
+
+        For jobs that read most of the store (a retention plan): each key
+        comes once, from one consistent snapshot where the backend has one
+        (SQLite: one read transaction, which in WAL mode never blocks a
+        writer), in whatever order is cheapest to read. Prefixes must be
+        disjoint. Close the iterator (or exhaust it) to end the snapshot.
+        """
+        ...
+
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         """Values of those keys that exist."""
         ...
@@ -259,6 +272,13 @@ class BaseStorage(ABC):
             value = self.get(key)
             if value is not None:  # deleted since it was listed
                 yield key, value
+
+    def scan_many(
+        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str]]:
+        """Fallback: one prefix after the other, in key order (not one snapshot)."""
+        for prefix in prefixes:
+            yield from self.scan(prefix, batch_size=batch_size)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}
