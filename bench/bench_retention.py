@@ -98,7 +98,7 @@ DELETE FROM kv WHERE key >= 'sessions:' AND key < 'sessions;'
   AND json_extract(value, '$.createdAt') < :cut30
   AND substr(key, 10) NOT IN (SELECT coalesce(json_extract(value, '$.id'), value)
                               FROM kv WHERE key = 'main-session-id')
-  AND NOT EXISTS (SELECT 1 FROM json_each(value, '$.history') h
+  AND NOT EXISTS (SELECT 1 FROM json_each(kv.value, '$.history') h
                   WHERE json_extract(h.value, '$.timestamp') >= :cut30)
   AND NOT EXISTS (SELECT 1 FROM kv c WHERE c.key > 'conv:' || substr(kv.key, 10) || ':'
                   AND c.key < 'conv:' || substr(kv.key, 10) || ';'
@@ -113,13 +113,15 @@ DELETE FROM kv WHERE key >= 'pairing:' AND key < 'pairing;'
   AND json_extract(value, '$.expiresAt') < :now|
 DELETE FROM kv WHERE key >= 'workflow-runs:' AND key < 'workflow-runs;'
   AND json_extract(value, '$.completedAt') < :cut30|
+DELETE FROM kv WHERE key >= 'cron:' AND key < 'cron;'
+  AND json_extract(value, '$.enabled') = 0 AND json_extract(value, '$.createdAt') < :cut30|
 DELETE FROM kv WHERE key >= 'cron-history:' AND key < 'cron-history;'
-  AND NOT EXISTS (SELECT 1 FROM json_each(value) e
+  AND NOT EXISTS (SELECT 1 FROM json_each(kv.value) e
                   WHERE json_extract(e.value, '$.executedAt') >= :cut30)|
 UPDATE kv SET value = (SELECT json_group_array(json(e.value)) FROM json_each(kv.value) e
                        WHERE json_extract(e.value, '$.executedAt') >= :cut30)
   WHERE key >= 'cron-history:' AND key < 'cron-history;'
-  AND EXISTS (SELECT 1 FROM json_each(value) e
+  AND EXISTS (SELECT 1 FROM json_each(kv.value) e
               WHERE json_extract(e.value, '$.executedAt') < :cut30)|
 COMMIT|
 """
@@ -170,6 +172,8 @@ def our_job(db: Path, extra: list[str]) -> tuple[float, int, float]:
 
 def run(kind: str, source: Path, extra: list[str]) -> dict[str, object]:
     db = scratch_copy(source, f"bench-retention-{kind}.db")
+    os.sync()  # else the writer's fsyncs queue behind the copy's writeback
+    time.sleep(1.0)
     stop, out = DATA / f"writer-{kind}.stop", DATA / f"writer-{kind}.json"
     stop.unlink(missing_ok=True)
     proc = subprocess.Popen(
@@ -192,8 +196,10 @@ def run(kind: str, source: Path, extra: list[str]) -> dict[str, object]:
     before = [wait for at, wait, err in data["results"] if base + at < job_start and not err]
     waits = [wait for _, wait, _ in window]
     keys = {row[0] for row in sqlite3.connect(db).execute("SELECT key FROM kv")}
-    for suffix in ("", "-wal", "-shm"):
+    for suffix in ("", "-wal", "-shm", "-tfadmin-retention-sweep.lock"):
         Path(str(db) + suffix).unlink(missing_ok=True)
+    stop.unlink(missing_ok=True)
+    out.unlink(missing_ok=True)
     return {
         "kind": kind,
         "seconds": seconds,

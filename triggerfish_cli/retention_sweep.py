@@ -63,13 +63,37 @@ class Pacing:
     batch_size: int = 2000
     #: Aim: hold the write lock at most this long per transaction (seconds).
     max_lock: float = 0.04
-    #: Fixed rest after each transaction; None: as long as the transaction took.
+    #: Fixed rest after each transaction; None: long enough for a writer that
+    #: waited on us to get in (see :func:`writer_gap`).
     pause: float | None = None
-    #: Shortest rest; SQLite's busy handler retries a waiting writer every
-    #: 25 ms at this stage, so it gets in while we rest.
+    #: Shortest rest (seconds).
     min_pause: float = 0.03
     #: PASSIVE WAL checkpoint between batches (SQLite).
     checkpoint: bool = True
+    #: Keep each batch's WAL frames under this (SQLite). The gateway runs a
+    #: checkpoint inside its own commit once the WAL passes 1000 pages (the
+    #: default); staying below means it never pays for our pages.
+    wal_frames: int = 4000
+
+
+#: SQLite's default busy handler (what a writer with a busy timeout runs)
+#: sleeps these many milliseconds between its tries, then 100 ms each.
+_BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
+
+
+def writer_gap(held: float) -> float:
+    """The longest a writer that began waiting during our last transaction
+    (``held`` seconds long) may still sleep before its next try.
+
+    Resting that long after each commit lets such a writer in before our next
+    transaction, so its wait stays about one of our transactions long.
+    """
+    waited = 0.0
+    for delay in _BUSY_DELAYS_MS:
+        if waited >= held:
+            return delay / 1000
+        waited += delay / 1000
+    return 0.1
 
 
 def read_plan(
@@ -163,41 +187,77 @@ class SweepResult:
 
 
 class _Pacer:
+    """Batch sizes and rests: short lock holds, a bounded WAL, room for the gateway.
+
+    Batch sizes follow smoothed per-record estimates of lock time and WAL
+    frames, so one transaction that was slow because the machine was busy
+    does not collapse them.
+    """
+
     def __init__(self, pacing: Pacing, provider: StorageProvider) -> None:
         self.pacing = pacing
-        self.size = max(1, min(pacing.batch_size, 500))
+        self.size = max(1, min(pacing.batch_size, 200))
         self.checkpoint = _checkpointer(provider) if pacing.checkpoint else None
+        self.per_record: float | None = None  # seconds of lock per record
+        self.frames_per_record: float | None = None
 
-    def rest(self, held: float) -> None:
-        """Adapt the batch size to the lock time, checkpoint, then rest."""
+    def rest(self, held: float, records: int) -> None:
+        """Checkpoint, adapt the batch size, then rest so a waiting writer gets in."""
         pacing = self.pacing
-        if held > pacing.max_lock:
-            self.size = max(1, int(self.size * pacing.max_lock / held * 0.9))
-        elif held < pacing.max_lock / 2:
-            self.size = min(pacing.batch_size, max(self.size + 1, int(self.size * 1.5)))
-        pause = pacing.pause if pacing.pause is not None else max(pacing.min_pause, held)
         started = time.monotonic()
-        if self.checkpoint is not None:
-            self.checkpoint()
+        frames = self.checkpoint() if self.checkpoint is not None else -1
+        if records > 0:
+            self.per_record = _smooth(self.per_record, held / records)
+            if frames > 0:
+                self.frames_per_record = _smooth(self.frames_per_record, frames / records)
+            limit = pacing.max_lock / max(self.per_record, 1e-6)
+            if self.frames_per_record:
+                limit = min(limit, pacing.wal_frames / self.frames_per_record)
+            self.size = max(1, min(pacing.batch_size, int(limit), self.size * 2))
+        pause = pacing.pause
+        if pause is None:
+            pause = max(pacing.min_pause, writer_gap(held) + 0.005)
         left = pause - (time.monotonic() - started)
         if left > 0:
             time.sleep(left)
 
+    def finish(self) -> None:
+        """Leave the WAL fully checkpointed, so the gateway's next write starts it afresh."""
+        if self.checkpoint is None:
+            return
+        for _ in range(20):
+            if self.checkpoint() >= 0:
+                return
+            time.sleep(0.05)  # the gateway is checkpointing right now
 
-def _bulk(provider: StorageProvider) -> contextlib.AbstractContextManager[None]:
+
+def _bulk(provider: StorageProvider, pacer: _Pacer) -> contextlib.AbstractContextManager[None]:
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     if isinstance(provider, SqliteStorage):
-        return provider.relaxed_durability()
+        return provider.bulk_writes(own_checkpoints=pacer.checkpoint is not None)
     return contextlib.nullcontext()
 
 
-def _checkpointer(provider: StorageProvider) -> Callable[[], object] | None:
+def _smooth(average: float | None, sample: float) -> float:
+    """An exponential moving average that one outlier cannot drag far."""
+    if average is None:
+        return sample
+    return 0.7 * average + 0.3 * min(sample, 3 * average)
+
+
+def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
+    """A PASSIVE checkpoint returning the WAL frames it found (-1: another one was running)."""
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
-    if isinstance(provider, SqliteStorage):
-        return lambda: provider.checkpoint("PASSIVE")
-    return None
+    if not isinstance(provider, SqliteStorage):
+        return None
+
+    def checkpoint() -> int:
+        busy, frames, done = provider.checkpoint("PASSIVE")
+        return -1 if busy or frames != done else frames
+
+    return checkpoint
 
 
 def apply_plan(
@@ -228,7 +288,7 @@ def apply_plan(
     by_name = {entry.namespace: entry for entry in result.namespaces}
     memory = _MemoryIndex.of(provider) if "memory:" in plan.namespaces else None
     try:
-        with _bulk(provider):
+        with _bulk(provider, pacer):
             _apply_all(provider, plan, pacer, by_name, memory, on_progress)
     except KeyboardInterrupt:
         result.interrupted = True
@@ -242,8 +302,7 @@ def apply_plan(
         result.error = str(exc) or type(exc).__name__
         _finish(provider, result, quiet=True)
         raise
-    if pacer.checkpoint is not None:
-        pacer.checkpoint()
+    pacer.finish()
     _finish(provider, result)
     return result
 
@@ -267,7 +326,7 @@ def _apply_all(
             if on_progress is not None:
                 on_progress(len(batch))
             if remaining:
-                pacer.rest(held)
+                pacer.rest(held, len(batch))
 
 
 def _finish(provider: StorageProvider, result: SweepResult, *, quiet: bool = False) -> None:
@@ -313,25 +372,42 @@ def _apply_batch(
     trims = [(a.key, a.expected, a.replacement or "") for a in ready if not a.is_delete]
     started = time.monotonic()
     deleted = trimmed = 0
-    if deletes:
-        if memory is not None and counts.namespace == "memory:":
-            deleted = memory.delete_if_unchanged(deletes)
-        else:
-            deleted = provider.delete_if_unchanged(deletes, batch_size=len(deletes))
-    if trims:
-        trimmed = provider.replace_if_unchanged(trims, batch_size=len(trims))
+    try:
+        if deletes:
+            if memory is not None and counts.namespace == "memory:":
+                deleted = memory.delete_if_unchanged(deletes)
+            else:
+                deleted = provider.delete_if_unchanged(deletes, batch_size=len(deletes))
+        if trims:
+            trimmed = provider.replace_if_unchanged(trims, batch_size=len(trims))
+    except KeyboardInterrupt:
+        # Interrupted inside a write (rolled back) or just after a commit:
+        # count from the store what this batch did, so the audit is exact.
+        _count(provider, ready, counts, None)
+        raise
     held = time.monotonic() - started
-    counts.deleted += deleted
-    counts.trimmed += trimmed
-    counts.changed += len(ready) - deleted - trimmed
-    if deleted + trimmed == len(ready):
+    _count(provider, ready, counts, (deleted, trimmed))
+    return held
+
+
+def _count(
+    provider: StorageProvider,
+    ready: Sequence[Action],
+    counts: NamespaceResult,
+    done: tuple[int, int] | None,
+) -> None:
+    """Add what a batch applied to ``counts``; ``done``: (deleted, trimmed) if known."""
+    if done is not None and sum(done) == len(ready):
         applied: Sequence[Action] = ready
-    else:  # some were rewritten meanwhile: find out which ones we did change
+    else:  # some were rewritten meanwhile (or we were interrupted): look
         now = provider.get_many(action.key for action in ready)
         applied = [a for a in ready if now.get(a.key) == a.replacement]
+    deletes = sum(1 for action in applied if action.is_delete)
+    counts.deleted += deletes
+    counts.trimmed += len(applied) - deletes
+    counts.changed += len(ready) - len(applied) if done is not None else 0
     counts.bytes += sum(action.bytes for action in applied)
     counts.entries_removed += sum(action.removed for action in applied if not action.is_delete)
-    return held
 
 
 def _guarded(provider: StorageProvider, batch: Sequence[Action]) -> list[Action]:

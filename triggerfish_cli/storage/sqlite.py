@@ -367,25 +367,31 @@ class SqliteStorage(BaseStorage):
         return file_lock(self.lock_path(name), wait, what=f"{name} on {self.describe()}")
 
     @contextmanager
-    def relaxed_durability(self) -> Iterator[None]:
-        """``PRAGMA synchronous=NORMAL`` on our connection for a bulk job, then back.
+    def bulk_writes(self, *, own_checkpoints: bool = False) -> Iterator[None]:
+        """Settings of our connection for a long batched job, restored afterwards.
 
-        In WAL mode commits then skip their fsync (checkpoints still sync):
-        the file stays consistent whatever happens; only the last commits may
-        be lost on an OS crash or power cut, which an idempotent job (a
-        retention sweep) simply redoes. The gateway's own connections are
-        not affected.
+        ``synchronous=NORMAL``: in WAL mode commits skip their fsync
+        (checkpoints still sync); the file stays consistent whatever happens,
+        only the last commits may be lost on an OS crash or power cut, which
+        an idempotent job (a retention sweep) simply redoes.
+        ``own_checkpoints``: no automatic checkpoint inside our COMMITs (the
+        caller runs :meth:`checkpoint` between batches, outside its write
+        transactions). The gateway's own connections are not affected.
         """
         conn = self.connection
-        with self.errors("synchronous"):
-            previous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+        with self.errors("pragma"):
+            synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+            autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
             conn.execute("PRAGMA synchronous=NORMAL")
+            if own_checkpoints:
+                conn.execute("PRAGMA wal_autocheckpoint=0")
         try:
             yield
         finally:
             if self._conn is not None:
-                with self.errors("synchronous"):
-                    conn.execute(f"PRAGMA synchronous={previous}")
+                with self.errors("pragma"):
+                    conn.execute(f"PRAGMA synchronous={synchronous}")
+                    conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
 
     def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
         """``PRAGMA wal_checkpoint(mode)``: ``(busy, wal frames, frames checkpointed)``.
