@@ -167,7 +167,20 @@ def our_job(db: Path, extra: list[str]) -> tuple[float, int, float]:
         raise SystemExit(f"sweep failed: {result.stderr}")
     summary = json.loads(result.stdout)
     rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    PHASES.append((summary["started_at"], summary["finished_at"]))
     return seconds, int(summary["deleted"]) + int(summary["trimmed"]), rss
+
+
+#: (apply started, finished) of each sweep, from its summary.
+PHASES: list[tuple[str, str]] = []
+
+
+def _epoch(text: str) -> float:
+    from triggerfish_cli.serialization import parse_iso
+
+    moment = parse_iso(text)
+    assert moment is not None
+    return moment.timestamp()
 
 
 def run(kind: str, source: Path, extra: list[str]) -> dict[str, object]:
@@ -195,6 +208,18 @@ def run(kind: str, source: Path, extra: list[str]) -> dict[str, object]:
     window = [(at, wait, err) for at, wait, err in data["results"] if base + at >= job_start]
     before = [wait for at, wait, err in data["results"] if base + at < job_start and not err]
     waits = [wait for _, wait, _ in window]
+    slow = [
+        (round(base + at - job_start, 1), round(wait * 1000))
+        for at, wait, _ in window
+        if wait > 0.1
+    ]
+    phase = ""
+    if kind == "ours" and PHASES:
+        began, ended = PHASES[-1]
+        phase = (
+            f"read+plan 0-{_epoch(began) - job_start:.1f} s, apply until "
+            f"{_epoch(ended) - job_start:.1f} s"
+        )
     keys = {row[0] for row in sqlite3.connect(db).execute("SELECT key FROM kv")}
     for suffix in ("", "-wal", "-shm", "-tfadmin-retention-sweep.lock"):
         Path(str(db) + suffix).unlink(missing_ok=True)
@@ -214,6 +239,9 @@ def run(kind: str, source: Path, extra: list[str]) -> dict[str, object]:
         "idle_p99_ms": sorted(before)[int(0.99 * (len(before) - 1))] * 1000 if before else 0,
         "wal_mib": wal_size / 2**20,
         "keys": {k for k in keys if not k.startswith(("audit:", "conv:bench-writer:"))},
+        "slow": slow,
+        "phase": phase,
+        "idle_worst_ms": max(before) * 1000 if before else 0,
     }
 
 
@@ -237,8 +265,14 @@ def main() -> None:
                 f"{result['rate']:8.0f}/s  writer: {result['failures']} failed of "
                 f"{result['writes']}, worst {result['worst_ms']:6.0f} ms, p99 "
                 f"{result['p99_ms']:5.0f} ms, median {result['median_ms']:4.1f} ms "
-                f"(idle p99 {result['idle_p99_ms']:4.1f} ms); WAL left "
+                f"(before the job: p99 {result['idle_p99_ms']:4.1f}, "
+                f"worst {result['idle_worst_ms']:4.0f} ms); WAL left "
                 f"{result['wal_mib']:.1f} MiB; rss {result['rss_mib']:.0f} MiB",
+                flush=True,
+            )
+            print(
+                f"#      {result['phase']}; writes over 100 ms (s after start, ms): "
+                f"{result['slow'][:10]}",
                 flush=True,
             )
     raw, ours = runs["raw"], runs["ours"]

@@ -186,6 +186,28 @@ def test_scan_many_on_a_large_share_and_a_small_share(kv: Provider) -> None:
     assert kv.get("big:0000") == "new"
 
 
+def test_any_keys_probes_prefixes_after_a_key(kv: Provider) -> None:
+    fill(kv, ["conv:a:001", "conv:a:002", "conv:b:001", "conv:bb:001", "x", "a_b", "\U0010ffff"])
+    probes: list[tuple[str, str | None]] = [
+        ("conv:a:", None),
+        ("conv:a:", "conv:a:001"),
+        ("conv:a:", "conv:a:002"),  # nothing after the last one
+        ("conv:b:", None),  # conv:bb: is not under conv:b:
+        ("conv:b:", "conv:b:001"),
+        ("conv:c:", None),
+        ("a%", None),  # literal, not a wildcard
+        ("a_", None),
+        ("\U0010ffff", None),
+        ("conv:", "a"),  # after before the prefix: any key under it
+    ]
+    assert kv.any_keys(probes) == [True, True, False, True, False, False, False, True, True, True]
+    assert kv.any_keys([]) == []
+    many = [(f"p{i}:", None) for i in range(700)]
+    fill(kv, ["p3:x", "p699:y"])
+    answers = kv.any_keys(many)
+    assert [i for i, hit in enumerate(answers) if hit] == [3, 699]
+
+
 def test_get_many(kv: Provider) -> None:
     fill(kv, ["a", "b", "c"])
     assert kv.get_many(["a", "c", "missing"]) == {"a": "v:a", "c": "v:c"}

@@ -17,6 +17,7 @@ Nothing here is SQL: the protocol must fit SQLite, Postgres, S3 and a dict.
 
 from __future__ import annotations
 
+import builtins
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -134,6 +135,11 @@ class StorageProvider(Protocol):
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         """Values of those keys that exist."""
+        ...
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        """For each ``(prefix, after)``: is there a key under ``prefix`` greater than
+        ``after`` (``None``: any key under it)? One answer per probe, in order."""
         ...
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
@@ -287,6 +293,12 @@ class BaseStorage(ABC):
             if value is not None:
                 found[key] = value
         return found
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        return [
+            next(iter(self.scan_keys(prefix, start_after=after, batch_size=1)), None) is not None
+            for prefix, after in probes
+        ]
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
         written = 0

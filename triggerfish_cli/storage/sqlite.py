@@ -15,6 +15,7 @@ ignores ASCII case and cannot use the index.
 
 from __future__ import annotations
 
+import builtins
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -280,6 +281,28 @@ class SqliteStorage(BaseStorage):
                     f"SELECT key, value FROM kv WHERE key IN ({marks})", batch
                 ).fetchall()
             found.update(rows)
+        return found
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        """One query per 300 probes: an index range probe each."""
+        found = [False] * len(probes)
+        for start in range(0, len(probes), 300):
+            rows: list[object] = []
+            for index, (prefix, after) in enumerate(probes[start : start + 300], start):
+                low = after if after is not None and after >= prefix else prefix
+                excluded = low if after is not None and after >= prefix else None
+                rows += [index, low, excluded, prefix_upper_bound(prefix)]
+            values = ",".join("(?,?,?,?)" for _ in range(len(rows) // 4))
+            with self.errors("probe keys"):
+                hits = self.connection.execute(
+                    f"WITH probe(i, low, excluded, high) AS (VALUES {values}) "
+                    "SELECT i FROM probe WHERE EXISTS (SELECT 1 FROM kv WHERE key >= probe.low "
+                    "AND (probe.high IS NULL OR key < probe.high) "
+                    "AND key IS NOT probe.excluded)",
+                    rows,
+                ).fetchall()
+            for (index,) in hits:
+                found[index] = True
         return found
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
