@@ -204,3 +204,20 @@ def test_scan_many_is_one_snapshot_that_never_blocks_a_writer(tmp_path: Path) ->
     assert store.get("conv:s:0099") == "new" and store.count("conv:") == 101
     writer.close()
     store.close()
+
+
+def test_any_keys_probes_use_the_index_range(tmp_path: Path) -> None:
+    """Each probe is bounded on both sides: a miss must not scan to the end of the index."""
+    store = SqliteStorage(tmp_path / "probe.db", create=True)
+    store.set_many((f"conv:{i:05d}:000000000001", "{}") for i in range(2000))
+    statements: list[str] = []
+    store.connection.set_trace_callback(statements.append)
+    assert store.any_keys([("conv:00010:", "conv:00010:000000000001"), ("conv:x:", None)]) == [
+        False,
+        False,
+    ]
+    store.connection.set_trace_callback(None)
+    (probe,) = [sql for sql in statements if "probe" in sql]
+    plan = store.connection.execute("EXPLAIN QUERY PLAN " + probe).fetchall()
+    assert any("key>? AND key<?" in row[-1] for row in plan), plan
+    store.close()

@@ -284,22 +284,30 @@ class SqliteStorage(BaseStorage):
         return found
 
     def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
-        """One query per 300 probes: an index range probe each."""
+        """One query per 300 probes, each an index range probe (``key >= ? AND key < ?``).
+
+        Both bounds must be plain columns of the probe: an ``OR`` around the
+        upper bound would turn each probe into a scan to the end of the index.
+        """
         found = [False] * len(probes)
-        for start in range(0, len(probes), 300):
-            rows: list[object] = []
-            for index, (prefix, after) in enumerate(probes[start : start + 300], start):
-                low = after if after is not None and after >= prefix else prefix
-                excluded = low if after is not None and after >= prefix else None
-                rows += [index, low, excluded, prefix_upper_bound(prefix)]
-            values = ",".join("(?,?,?,?)" for _ in range(len(rows) // 4))
+        bounded: list[tuple[int, str, str | None, str]] = []
+        for index, (prefix, after) in enumerate(probes):
+            upper = prefix_upper_bound(prefix)
+            if upper is None:  # no upper bound (empty or U+10FFFF prefix): the generic way
+                found[index] = super().any_keys([(prefix, after)])[0]
+                continue
+            strict = after is not None and after >= prefix
+            low = after if strict and after is not None else prefix
+            bounded.append((index, low, low if strict else None, upper))
+        for start in range(0, len(bounded), 300):
+            chunk = bounded[start : start + 300]
+            values = ",".join("(?,?,?,?)" for _ in chunk)
             with self.errors("probe keys"):
                 hits = self.connection.execute(
                     f"WITH probe(i, low, excluded, high) AS (VALUES {values}) "
-                    "SELECT i FROM probe WHERE EXISTS (SELECT 1 FROM kv WHERE key >= probe.low "
-                    "AND (probe.high IS NULL OR key < probe.high) "
-                    "AND key IS NOT probe.excluded)",
-                    rows,
+                    "SELECT i FROM probe WHERE EXISTS (SELECT 1 FROM kv "
+                    "WHERE key >= probe.low AND key < probe.high AND key IS NOT probe.excluded)",
+                    [value for row in chunk for value in row],
                 ).fetchall()
             for (index,) in hits:
                 found[index] = True
