@@ -335,7 +335,7 @@ def test_a_killed_sweep_leaves_a_consistent_store_and_the_next_one_finishes(
     if how == signal.SIGKILL:
         assert process.returncode == -signal.SIGKILL
         assert audits(rows) == []
-    else:  # rolled back the batch, wrote the partial audit record, exit 130
+    else:  # stopped between batches, wrote the partial audit record, exit 130
         assert process.returncode == 130, err
         assert b"next sweep finishes the job" in err
         (record,) = audits(rows)

@@ -20,8 +20,10 @@ writes fail at once and are lost. So the apply step
   leaves at worst orphaned index keys, which the next sweep deletes.
 
 Interrupted (Ctrl-C, SIGTERM turned into KeyboardInterrupt by the CLI) the
-current batch rolls back, an audit record of the partial sweep is written
-and :class:`SweepInterrupted` (exit 130) is raised. Killed outright, the
+sweep stops between two batches (signals are held back for the few tens of
+milliseconds of a batch; where they cannot be, the batch rolls back), an
+audit record of the partial sweep is written and :class:`SweepInterrupted`
+(exit 130) is raised. Killed outright, the
 current transaction never commits. Either way the store is consistent and the
 next sweep finishes the job. Two sweeps never run at once: the sweep holds
 the provider's ``retention-sweep`` lock.
@@ -209,11 +211,9 @@ class _Pacer:
         self.per_record: float | None = None  # seconds of lock per record
         self.frames_per_record: float | None = None
 
-    def rest(self, held: float, records: int) -> None:
-        """Checkpoint, adapt the batch size, then rest so a waiting writer gets in."""
+    def rest(self, held: float, records: int, frames: int, started: float) -> None:
+        """Adapt the batch size, then rest (from ``started``) so a waiting writer gets in."""
         pacing = self.pacing
-        started = time.monotonic()
-        frames = self.checkpoint() if self.checkpoint is not None else -1
         if records > 0:
             self.per_record = _smooth(self.per_record, held / records)
             if frames > 0:
@@ -330,11 +330,39 @@ def _apply_all(
             batch = actions[done : done + pacer.size]
             done += len(batch)
             remaining -= len(batch)
-            held = _apply_batch(provider, batch, by_name[prefix], memory)
+            with _signals_deferred():
+                held, frames, committed = _apply_batch(
+                    provider, batch, by_name[prefix], memory, pacer
+                )
             if on_progress is not None:
                 on_progress(len(batch))
             if remaining:
-                pacer.rest(held, len(batch))
+                pacer.rest(held, len(batch), frames, committed)
+
+
+@contextlib.contextmanager
+def _signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for one batch (tens of milliseconds).
+
+    A Ctrl-C or kill then lands between batches: the batch is either wholly
+    done and counted, or not started, and the audit record is exact. Where
+    signals cannot be held (not the main thread, not Unix) an interrupt
+    inside a batch still rolls its transaction back and is reconciled.
+    """
+    import signal
+    import threading
+
+    held = (signal.SIGINT, signal.SIGTERM)
+    if not hasattr(signal, "pthread_sigmask") or (
+        threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _finish(provider: StorageProvider, result: SweepResult, *, quiet: bool = False) -> None:
@@ -372,8 +400,15 @@ def _apply_batch(
     batch: Sequence[Action],
     counts: NamespaceResult,
     memory: _MemoryIndex | None,
-) -> float:
-    """Apply one batch; returns the seconds spent holding the write lock."""
+    pacer: _Pacer,
+) -> tuple[float, int, float]:
+    """Apply one batch: (seconds holding the write lock, WAL frames checkpointed or
+    -1, when it committed).
+
+    The checkpoint runs the moment the batch commits: holding SQLite's
+    checkpoint lock first spares a gateway commit that follows ours the
+    automatic checkpoint of our pages.
+    """
     ready = _guarded(provider, batch)
     counts.guarded += len(batch) - len(ready)
     deletes = [(action.key, action.expected) for action in ready if action.is_delete]
@@ -393,9 +428,11 @@ def _apply_batch(
         # count from the store what this batch did, so the audit is exact.
         _count(provider, ready, counts, None)
         raise
-    held = time.monotonic() - started
+    committed = time.monotonic()
+    held = committed - started
+    frames = pacer.checkpoint() if pacer.checkpoint is not None and (deletes or trims) else -1
     _count(provider, ready, counts, (deleted, trimmed))
-    return held
+    return held, frames, committed
 
 
 def _count(
