@@ -3,19 +3,20 @@
 The gateway sets no busy timeout: while we hold SQLite's write lock, its
 writes fail at once and are lost. So the apply step
 
-- writes in short transactions whose size adapts so that each holds the
-  lock about :attr:`Pacing.max_lock` seconds, and rests after each at least
-  as long as it held the lock (and at least :attr:`Pacing.min_pause`, longer
-  than the steps of SQLite's busy handler), so a writer waiting on us gets
-  in at its next try;
-- runs a PASSIVE WAL checkpoint between batches on SQLite, so the WAL stays
-  small during the sweep and the gateway's next commit has no large
-  checkpoint to finish after it;
+- writes in short transactions, sized from smoothed per-record estimates so
+  that each holds the lock about :attr:`Pacing.max_lock` and adds at most
+  :attr:`Pacing.wal_frames` pages to the WAL;
+- runs a PASSIVE checkpoint the moment each batch commits (SQLite): holding
+  the checkpoint lock first, it spares the gateway commit that follows ours
+  the automatic checkpoint of our pages, and keeps the WAL small;
+- then rests at least as long as SQLite's busy handler may still sleep before
+  a waiting writer's next try (:func:`writer_gap`), so the gateway gets in
+  between two of our transactions and waits about one of them at most;
 - deletes each record only if it still holds the value the plan read
   (compare-and-delete) and trims ``cron-history:`` arrays by compare-and-swap,
   so a record the gateway rewrote meanwhile is kept;
 - re-checks the guard of each follower key (``taint:``, ``conv-session:``,
-  ``lineage-*:``) just before deleting it;
+  ``lineage-*:``) and session just before deleting it;
 - deletes what things follow before the followers, so an interrupted sweep
   leaves at worst orphaned index keys, which the next sweep deletes.
 
@@ -23,10 +24,10 @@ Interrupted (Ctrl-C, SIGTERM turned into KeyboardInterrupt by the CLI) the
 sweep stops between two batches (signals are held back for the few tens of
 milliseconds of a batch; where they cannot be, the batch rolls back), an
 audit record of the partial sweep is written and :class:`SweepInterrupted`
-(exit 130) is raised. Killed outright, the
-current transaction never commits. Either way the store is consistent and the
-next sweep finishes the job. Two sweeps never run at once: the sweep holds
-the provider's ``retention-sweep`` lock.
+(exit 130) is raised. Killed outright, the current transaction never
+commits. Either way the store is consistent and the next sweep finishes the
+job. Two sweeps never run at once: the sweep holds the provider's
+``retention-sweep`` lock (:func:`sweep_lock`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -171,7 +172,6 @@ class SweepResult:
     interrupted: bool = False
     error: str | None = None
     audit_key: str | None = None
-    unknown_namespaces: dict[str, int] = field(default_factory=dict)
 
     def total(self, name: str) -> int:
         return sum(int(getattr(result, name)) for result in self.namespaces)
@@ -291,7 +291,6 @@ def apply_plan(
             for ns_plan in plan.namespaces.values()
             if not ns_plan.policy.held
         ],
-        unknown_namespaces=dict(plan.unknown_namespaces),
     )
     by_name = {entry.namespace: entry for entry in result.namespaces}
     memory = _MemoryIndex.of(provider) if "memory:" in plan.namespaces else None
