@@ -36,6 +36,7 @@ NamespaceOpt = Annotated[
     typer.Option(
         "--namespace",
         "-N",
+        metavar="NS",
         help="Only this namespace (name or prefix, e.g. sessions); repeatable.",
         show_default=False,
     ),
@@ -44,6 +45,7 @@ AsOfOpt = Annotated[
     str | None,
     typer.Option(
         "--as-of",
+        metavar="TIME",
         help="Judge ages as of this ISO time instead of now (a sweep: not in the future).",
         show_default=False,
     ),
@@ -156,7 +158,8 @@ def sweep_cmd(
         typer.Option(
             "--wait",
             min=0,
-            help="Wait up to SECONDS for another sweep to finish (default: exit 6).",
+            metavar="SECONDS",
+            help="Wait up to SECONDS for another sweep to finish (default: exit 6 at once).",
         ),
     ] = 0.0,
     max_delete: Annotated[
@@ -164,20 +167,29 @@ def sweep_cmd(
         typer.Option(
             "--max-delete",
             min=0,
+            metavar="N",
             help="Refuse (exit 4, nothing deleted) when the plan deletes more than N records.",
             show_default=False,
         ),
     ] = None,
     batch_size: Annotated[
-        int, typer.Option("--batch-size", min=1, help="Most records per write transaction.")
+        int,
+        typer.Option(
+            "--batch-size",
+            min=1,
+            metavar="N",
+            help="Most records per write transaction (fewer when each would hold the "
+            "write lock over 40 ms).",
+        ),
     ] = 2000,
     pause: Annotated[
         float | None,
         typer.Option(
             "--pause",
             min=0,
-            help="Seconds to rest after each transaction (default: as long as it took, "
-            "at least 0.03).",
+            metavar="SECONDS",
+            help="Rest after each transaction (default: long enough for a waiting "
+            "writer's next try, at least 0.03).",
             show_default=False,
         ),
     ] = None,
