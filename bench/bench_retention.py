@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import sqlite3
 import subprocess
 import sys
@@ -161,12 +160,17 @@ def our_job(db: Path, extra: list[str]) -> tuple[float, int, float]:
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+    proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - started
-    if result.returncode != 0:
-        raise SystemExit(f"sweep failed: {result.stderr}")
-    summary = json.loads(result.stdout)
-    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep failed: {stderr}")
+    summary = json.loads(stdout)
+    rss = usage.ru_maxrss / 1024
     PHASES.append((summary["started_at"], summary["finished_at"]))
     return seconds, int(summary["deleted"]) + int(summary["trimmed"]), rss
 
@@ -267,7 +271,7 @@ def main() -> None:
                 f"{result['p99_ms']:5.0f} ms, median {result['median_ms']:4.1f} ms "
                 f"(before the job: p99 {result['idle_p99_ms']:4.1f}, "
                 f"worst {result['idle_worst_ms']:4.0f} ms); WAL left "
-                f"{result['wal_mib']:.1f} MiB; rss {result['rss_mib']:.0f} MiB",
+                f"{result['wal_mib']:.1f} MiB; peak RSS {result['rss_mib']:.0f} MiB",
                 flush=True,
             )
             print(
