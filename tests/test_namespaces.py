@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timezone
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers.gateway import GATEWAY_ROWS
 from triggerfish_cli import namespaces
@@ -130,3 +133,47 @@ def test_get_by_name_or_prefix() -> None:
     assert namespaces.get("sessions") is namespaces.get("sessions:")
     assert namespaces.get("main-session-id") is not None
     assert namespaces.get("nope") is None
+
+
+_values = st.one_of(
+    st.sampled_from(list(GATEWAY_ROWS.values())),
+    st.builds(
+        lambda field, value: json.dumps({field: value}),
+        st.sampled_from(["createdAt", "updatedAt", "timestamp", "completedAt", "firedAt", "x"]),
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.sampled_from(
+                [
+                    "2026-03-28T14:05:40.902Z",
+                    "2026-03-31T10:00:00Z",
+                    "2026-02-30T00:00:00.000Z",
+                    "2026-03-28T16:05:40+02:00",
+                    "soon",
+                ]
+            ),
+        ),
+    ),
+    st.text(max_size=5),
+    st.just("[1]"),
+    st.just("{broken"),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    namespace=st.sampled_from(NAMESPACES),
+    value=_values,
+    key_tail=st.sampled_from(["x", "2026-03-28T14:05:40.902Z:hook", "nope:hook"]),
+)
+def test_time_reader_and_record_iso_agree_with_record_time(
+    namespace: namespaces.Namespace, value: str, key_tail: str
+) -> None:
+    from triggerfish_cli.serialization import canonical_iso
+
+    key = namespace.prefix + key_tail
+    expected = record_time(namespace, key, value)
+    iso = namespaces.record_iso(namespace, key, value)
+    assert iso == (None if expected is None else canonical_iso(expected.isoformat()))
+    for loads in (None, json.loads):
+        assert namespaces.time_reader(namespace, loads)(key, value) == iso

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -53,3 +54,39 @@ def test_levels() -> None:
     assert can_flow_to(Level.PUBLIC, Level.CONFIDENTIAL)
     assert not can_flow_to(Level.CONFIDENTIAL, Level.INTERNAL)
     assert can_flow_to(Level.RESTRICTED, Level.RESTRICTED)
+
+
+@given(st.datetimes(min_value=datetime(1000, 1, 1), max_value=datetime(9999, 12, 31)))
+def test_canonical_iso_orders_like_time(moment: datetime) -> None:
+    from triggerfish_cli.serialization import canonical_iso
+
+    text = to_iso(moment)
+    assert canonical_iso(text) == text  # the gateway's form comes back as it is
+    assert parse_iso(canonical_iso(text)) == parse_iso(text)
+    later = moment + timedelta(milliseconds=1)
+    assert canonical_iso(to_iso(later)) > text  # string order is time order
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-03-28T14:05:40.902Z", "2026-03-28T14:05:40.902Z"),
+        ("2026-03-28T14:05:40Z", "2026-03-28T14:05:40.000Z"),
+        ("2026-03-28T16:05:40.9029+02:00", "2026-03-28T14:05:40.902Z"),
+        ("2026-03-28 14:05", "2026-03-28T14:05:00.000Z"),
+        ("2024-02-29T00:00:00.000Z", "2024-02-29T00:00:00.000Z"),
+        ("2026-02-29T00:00:00.000Z", None),
+        ("2026-04-31T00:00:00.000Z", None),
+        ("2026-13-01T00:00:00.000Z", None),
+        ("1900-02-29T00:00:00.000Z", None),
+        ("0999-01-01T00:00:00Z", "0999-01-01T00:00:00.000Z"),
+        ("yesterday", None),
+        (None, None),
+        (1711612800000, None),
+    ],
+)
+def test_canonical_iso(text: object, expected: str | None) -> None:
+    from triggerfish_cli.serialization import canonical_iso
+
+    assert canonical_iso(text) == expected
+    assert (canonical_iso(text) is None) == (parse_iso(text) is None)

@@ -26,9 +26,11 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from triggerfish_cli.serialization import parse_iso
+from triggerfish_cli.serialization import canonical_iso, parse_iso
+
+_T = TypeVar("_T")
 
 _KEY_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?")
 
@@ -188,10 +190,66 @@ def record_time(
     loads: Callable[[str], Any] | None = None,
 ) -> datetime | None:
     """The time of one record as its namespace defines it; ``None`` when unknown."""
+    return _record(namespace, key, value, loads, parse_iso)
+
+
+def record_iso(
+    namespace: Namespace,
+    key: str,
+    value: str,
+    loads: Callable[[str], Any] | None = None,
+) -> str | None:
+    """:func:`record_time` as a canonical ISO string (string order is time order).
+
+    For full scans: no datetime is built for the gateway's own time form.
+    """
+    return _record(namespace, key, value, loads, canonical_iso)
+
+
+def time_reader(
+    namespace: Namespace, loads: Callable[[str], Any] | None = None
+) -> Callable[[str, str], str | None]:
+    """``(key, value) -> record_iso(namespace, key, value, loads)``, specialised for speed.
+
+    For full scans over a million records: the namespace's way of reading a
+    time is resolved once, not per record. Same results as :func:`record_iso`.
+    """
+    fields = namespace.time_fields
+    if namespace.time_in_key or namespace.array_field or any("." in f for f in fields):
+        return lambda key, value: record_iso(namespace, key, value, loads)
+    if not fields:
+        return lambda key, value: None
+    parse = loads or _json_loads
+
+    def read(key: str, value: str) -> str | None:
+        if not value or value[0] != "{":
+            return None
+        try:
+            document = parse(value)
+        except ValueError:
+            return None
+        if type(document) is not dict:
+            return None
+        for field in fields:
+            moment = canonical_iso(document.get(field))
+            if moment is not None:
+                return moment
+        return None
+
+    return read
+
+
+def _record(
+    namespace: Namespace,
+    key: str,
+    value: str,
+    loads: Callable[[str], Any] | None,
+    convert: Callable[[Any], _T | None],
+) -> _T | None:
     if namespace.time_in_key:
         # ISO times hold ':' themselves, and so may the hook after them.
         match = _KEY_TIME.match(key, len(namespace.prefix))
-        return parse_iso(match.group(0)) if match else None
+        return convert(match.group(0)) if match else None
     if not namespace.time_fields and not namespace.array_field:
         return None
     if not value or value[0] not in "{[":
@@ -204,14 +262,18 @@ def record_time(
         if not isinstance(document, list):
             return None
         times = [
-            parse_iso(entry.get(namespace.array_field))
+            convert(entry.get(namespace.array_field))
             for entry in document
             if isinstance(entry, dict)
         ]
         known = [moment for moment in times if moment is not None]
-        return max(known) if known else None
+        return max(known) if known else None  # type: ignore[type-var]
     for path in namespace.time_fields:
-        moment = parse_iso(_dig(document, path))
+        if "." in path:
+            raw = _dig(document, path)
+        else:
+            raw = document.get(path) if isinstance(document, dict) else None
+        moment = convert(raw)
         if moment is not None:
             return moment
     return None

@@ -59,6 +59,43 @@ def now_iso() -> str:
     return to_iso(utc_now())
 
 
+_CANONICAL_RE = re.compile(
+    r"\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\d\.\d{3}Z"
+)
+_MONTH_DAYS = (0, 31, 29, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+
+
+def _valid_day(text: str) -> bool:
+    """Day 29-31 of the canonical form ``text``: does its month have it?"""
+    day, month = int(text[8:10]), int(text[5:7])
+    if day > _MONTH_DAYS[month]:
+        return False
+    if month == 2 and day == 29:
+        year = int(text[:4])
+        return year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    return True
+
+
+def canonical_iso(text: object) -> str | None:
+    """A time as ``YYYY-MM-DDTHH:MM:SS.mmmZ`` (UTC), or ``None`` if it is not one.
+
+    In this form string order is time order, so full scans compare times as
+    strings without building datetimes. The gateway's own form (days 01-28)
+    is returned as it is, without parsing; anything else goes through
+    :func:`parse_iso` and is truncated to the millisecond, which never makes
+    a time look older than it is.
+    """
+    if type(text) is str and len(text) == 24 and _CANONICAL_RE.fullmatch(text):
+        return text if text[8:10] <= "28" or _valid_day(text) else None
+    moment = parse_iso(text)
+    if moment is None:
+        return None
+    return (
+        f"{moment.year:04d}-{moment.month:02d}-{moment.day:02d}T{moment.hour:02d}:"
+        f"{moment.minute:02d}:{moment.second:02d}.{moment.microsecond // 1000:03d}Z"
+    )
+
+
 def parse_iso(text: object) -> datetime | None:
     """Parse an ISO-8601 time as the gateway writes it; ``None`` if it is not one.
 

@@ -201,6 +201,7 @@ def check_storage_section(section: Any, config_path: Path) -> None:
 #: ...); ``config validate`` runs them all. Imported lazily.
 OUR_SECTIONS: dict[str, str] = {
     "storage": "triggerfish_cli.settings:check_storage_section",
+    "retention": "triggerfish_cli.retention:check_section",
 }
 
 

@@ -164,6 +164,50 @@ def test_scan_pages_and_resumes(kv: Provider) -> None:
     assert list(kv.scan_keys(None, start_after="n:023")) == ["n:024", "o:1"]
 
 
+def test_scan_many_reads_each_key_under_the_prefixes_once(kv: Provider) -> None:
+    fill(kv, TRICKY)
+    for prefixes in (["a", "日", "%"], ["sessions:", "memory:"], ["nothing"], [], ["a_", "a%"]):
+        expected = sorted(k for k in TRICKY if any(k.startswith(p) for p in prefixes))
+        got = list(kv.scan_many(prefixes, batch_size=2))
+        assert sorted(got) == [(k, f"v:{k}") for k in expected]
+        assert len(got) == len(expected)
+    kv.set("a", "changed")  # the snapshot has ended: the store is writable again
+    assert dict(kv.scan_many(["a"]))["a"] == "changed"
+
+
+def test_scan_many_on_a_large_share_and_a_small_share(kv: Provider) -> None:
+    fill(kv, [f"big:{i:04d}" for i in range(300)] + [f"small:{i}" for i in range(5)])
+    assert len(list(kv.scan_many(["big:", "small:"], batch_size=50))) == 305
+    assert sorted(k for k, _ in kv.scan_many(["small:"])) == [f"small:{i}" for i in range(5)]
+    stream = kv.scan_many(["big:"], batch_size=10)
+    next(stream)
+    stream.close()  # stopping early ends the snapshot
+    kv.set("big:0000", "new")
+    assert kv.get("big:0000") == "new"
+
+
+def test_any_keys_probes_prefixes_after_a_key(kv: Provider) -> None:
+    fill(kv, ["conv:a:001", "conv:a:002", "conv:b:001", "conv:bb:001", "x", "a_b", "\U0010ffff"])
+    probes: list[tuple[str, str | None]] = [
+        ("conv:a:", None),
+        ("conv:a:", "conv:a:001"),
+        ("conv:a:", "conv:a:002"),  # nothing after the last one
+        ("conv:b:", None),  # conv:bb: is not under conv:b:
+        ("conv:b:", "conv:b:001"),
+        ("conv:c:", None),
+        ("a%", None),  # literal, not a wildcard
+        ("a_", None),
+        ("\U0010ffff", None),
+        ("conv:", "a"),  # after before the prefix: any key under it
+    ]
+    assert kv.any_keys(probes) == [True, True, False, True, False, False, False, True, True, True]
+    assert kv.any_keys([]) == []
+    many = [(f"p{i}:", None) for i in range(700)]
+    fill(kv, ["p3:x", "p699:y"])
+    answers = kv.any_keys(many)
+    assert [i for i, hit in enumerate(answers) if hit] == [3, 699]
+
+
 def test_get_many(kv: Provider) -> None:
     fill(kv, ["a", "b", "c"])
     assert kv.get_many(["a", "c", "missing"]) == {"a": "v:a", "c": "v:c"}
@@ -197,6 +241,65 @@ def test_delete_if_unchanged_keeps_rewritten_records(kv: Provider) -> None:
     assert deleted == 1
     assert kv.list() == ["changed", "other"]
     assert kv.get("changed") == "new"
+
+
+def test_replace_if_unchanged_is_compare_and_swap(kv: Provider) -> None:
+    kv.set("same", "old")
+    kv.set("changed", "new")
+    kv.set("other", "x")
+    batches: list[int] = []
+    replaced = kv.replace_if_unchanged(
+        [("same", "old", "trimmed"), ("changed", "old", "trimmed"), ("gone", "old", "trimmed")],
+        batch_size=2,
+        on_batch=batches.append,
+    )
+    assert replaced == 1
+    assert sum(batches) == 1 and len(batches) == 2
+    assert dict(kv.scan()) == {"same": "trimmed", "changed": "new", "other": "x"}
+    assert kv.get("gone") is None  # a missing key is never created
+    assert kv.replace_if_unchanged([]) == 0
+
+
+def test_lock_is_exclusive_per_name_and_store(make: Factory) -> None:
+    from triggerfish_cli.errors import BusyError
+
+    first, second = make(), make()
+    with first.lock("retention-sweep"):
+        with pytest.raises(BusyError) as info, second.lock("retention-sweep"):
+            pass
+        assert info.value.exit_code == 6
+        with second.lock("other-job"):  # another name is another lock
+            pass
+    with second.lock("retention-sweep"):  # released at the end of the block
+        pass
+
+
+def test_lock_is_released_when_the_block_fails(make: Factory) -> None:
+    first, second = make(), make()
+    with pytest.raises(KeyboardInterrupt), first.lock("job"):
+        raise KeyboardInterrupt
+    with second.lock("job"):
+        pass
+
+
+def test_lock_waits_for_the_holder(make: Factory) -> None:
+    import threading
+
+    first, second = make(), make()
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with first.lock("job"):
+            taken.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    assert taken.wait(10)
+    threading.Timer(0.2, release.set).start()
+    with second.lock("job", wait=30):
+        assert release.is_set()  # we got it only once the holder let go
+    holder.join(10)
 
 
 def test_clear(kv: Provider) -> None:

@@ -187,3 +187,37 @@ def test_range_queries_fix_the_gateways_like_listing(tmp_path: Path) -> None:
 )
 def test_gaps_between_prefix_ranges(prefixes: list[str], gaps: list[tuple[str, str]]) -> None:
     assert _gaps(prefixes) == gaps
+
+
+def test_scan_many_is_one_snapshot_that_never_blocks_a_writer(tmp_path: Path) -> None:
+    db = tmp_path / "snap.db"
+    store = SqliteStorage(db, create=True)
+    store.set_many((f"conv:s:{i:04d}", "old") for i in range(100))
+    writer = sqlite3.connect(db, timeout=0, isolation_level=None)  # no busy timeout
+    stream = store.scan_many(["conv:"], batch_size=10)
+    first = [next(stream) for _ in range(10)]
+    writer.execute("INSERT OR REPLACE INTO kv VALUES ('conv:s:0099', 'new')")  # not blocked
+    writer.execute("INSERT INTO kv VALUES ('conv:s:0100', 'new')")
+    rest = list(stream)
+    seen = dict(first + rest)
+    assert len(seen) == 100 and set(seen.values()) == {"old"}  # the snapshot
+    assert store.get("conv:s:0099") == "new" and store.count("conv:") == 101
+    writer.close()
+    store.close()
+
+
+def test_any_keys_probes_use_the_index_range(tmp_path: Path) -> None:
+    """Each probe is bounded on both sides: a miss must not scan to the end of the index."""
+    store = SqliteStorage(tmp_path / "probe.db", create=True)
+    store.set_many((f"conv:{i:05d}:000000000001", "{}") for i in range(2000))
+    statements: list[str] = []
+    store.connection.set_trace_callback(statements.append)
+    assert store.any_keys([("conv:00010:", "conv:00010:000000000001"), ("conv:x:", None)]) == [
+        False,
+        False,
+    ]
+    store.connection.set_trace_callback(None)
+    (probe,) = [sql for sql in statements if "probe" in sql]
+    plan = store.connection.execute("EXPLAIN QUERY PLAN " + probe).fetchall()
+    assert any("key>? AND key<?" in row[-1] for row in plan), plan
+    store.close()

@@ -37,6 +37,10 @@ GROUPS: dict[str, tuple[str, str]] = {
         "Print the shell completion script for bash, zsh or fish.",
     ),
     "memory": ("triggerfish_cli.cli.memory", "Search and manage agent memories at a chosen taint."),
+    "retention": (
+        "triggerfish_cli.cli.retention",
+        "Apply the retention policies: see them, plan a sweep, sweep.",
+    ),
 }
 
 

@@ -7,8 +7,12 @@ checks those fallbacks against.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 
+from triggerfish_cli.errors import BusyError
 from triggerfish_cli.storage.provider import BaseStorage
 
 
@@ -17,6 +21,7 @@ class MemoryStorage(BaseStorage):
 
     def __init__(self, initial: dict[str, str] | None = None) -> None:
         self._data: dict[str, str] = dict(initial or {})
+        self._locks: dict[str, threading.Lock] = {}
 
     def describe(self) -> str:
         return "memory:"
@@ -47,3 +52,19 @@ class MemoryStorage(BaseStorage):
                 raise TypeError("keys and values are strings")
         self._data.update(staged)
         return len(staged)
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """A lock of this process only: nobody else can see this store anyway."""
+        return self._hold(self._locks.setdefault(name, threading.Lock()), name, wait)
+
+    @contextmanager
+    def _hold(self, lock: threading.Lock, name: str, wait: float) -> Iterator[None]:
+        deadline = time.monotonic() + max(0.0, wait)
+        while not lock.acquire(blocking=False):
+            if time.monotonic() >= deadline:
+                raise BusyError(f"{name} on {self.describe()} is held", hint="pass --wait SECONDS")
+            time.sleep(0.01)
+        try:
+            yield
+        finally:
+            lock.release()

@@ -17,9 +17,11 @@ Nothing here is SQL: the protocol must fit SQLite, Postgres, S3 and a dict.
 
 from __future__ import annotations
 
+import builtins
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Protocol, TypeVar, runtime_checkable
 
@@ -118,8 +120,26 @@ class StorageProvider(Protocol):
         batch_size: int = DEFAULT_BATCH,
     ) -> Iterator[str]: ...
 
+    def scan_many(
+        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str]]:
+        """Every ``(key, value)`` under any of ``prefixes``, in no particular order.
+
+        For jobs that read most of the store (a retention plan): each key
+        comes once, from one consistent snapshot where the backend has one
+        (SQLite: one read transaction, which in WAL mode never blocks a
+        writer), in whatever order is cheapest to read. Prefixes must be
+        disjoint. Close the iterator (or exhaust it) to end the snapshot.
+        """
+        ...
+
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         """Values of those keys that exist."""
+        ...
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        """For each ``(prefix, after)``: is there a key under ``prefix`` greater than
+        ``after`` (``None``: any key under it)? One answer per probe, in order."""
         ...
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
@@ -149,6 +169,34 @@ class StorageProvider(Protocol):
 
         A record rewritten meanwhile (by the gateway) is kept. Returns the
         count deleted.
+        """
+        ...
+
+    def replace_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        """Compare-and-swap: for each ``(key, expected, new)``, write ``new`` only
+        if the key still holds ``expected``.
+
+        A record rewritten (or deleted) meanwhile is left as it is; a missing
+        key is never created. Short transactions of ``batch_size`` items.
+        Returns the count replaced.
+        """
+        ...
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """An exclusive advisory lock on this store, held for the ``with`` block.
+
+        Only processes of this tool take it (the gateway never does): it keeps
+        two admin jobs of the same ``name`` (a retention sweep) from running
+        at once on the same store. Waits up to ``wait`` seconds, then raises
+        :class:`~triggerfish_cli.errors.BusyError`. Released when the block
+        ends, and by the operating system when the process dies (kill -9).
         """
         ...
 
@@ -231,6 +279,13 @@ class BaseStorage(ABC):
             if value is not None:  # deleted since it was listed
                 yield key, value
 
+    def scan_many(
+        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str]]:
+        """Fallback: one prefix after the other, in key order (not one snapshot)."""
+        for prefix in prefixes:
+            yield from self.scan(prefix, batch_size=batch_size)
+
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         for key in keys:
@@ -238,6 +293,12 @@ class BaseStorage(ABC):
             if value is not None:
                 found[key] = value
         return found
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        return [
+            next(iter(self.scan_keys(prefix, start_after=after, batch_size=1)), None) is not None
+            for prefix, after in probes
+        ]
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
         written = 0
@@ -283,6 +344,36 @@ class BaseStorage(ABC):
             deleted += done
             _after_batch(done, pause, on_batch)
         return deleted
+
+    def replace_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        replaced = 0
+        for batch in batched(items, batch_size):
+            done = 0
+            for key, expected, new in batch:
+                if self.get(key) == expected:
+                    self.set(key, new)
+                    done += 1
+            replaced += done
+            _after_batch(done, pause, on_batch)
+        return replaced
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """Fallback: a host-local OS file lock named after the store.
+
+        It serialises admin jobs run on this host (the usual case: cron on the
+        gateway's machine), not across hosts. Backends with a server-side
+        lock (Postgres advisory locks) override it.
+        """
+        from triggerfish_cli.storage.locks import file_lock, host_lock_path
+
+        return file_lock(host_lock_path(self.describe(), name), wait, what=name)
 
     def count(self, prefix: str | None = None) -> int:
         return sum(1 for _ in self.scan_keys(prefix))

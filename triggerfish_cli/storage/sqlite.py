@@ -15,10 +15,12 @@ ignores ASCII case and cannot use the index.
 
 from __future__ import annotations
 
+import builtins
+import contextlib
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from urllib.parse import quote
 
@@ -223,6 +225,60 @@ class SqliteStorage(BaseStorage):
         for row in self._paged("key", prefix, start_after, max(batch_size, 5000)):
             yield row[0]
 
+    def scan_many(
+        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+    ) -> Iterator[tuple[str, str]]:
+        """One read transaction; a table scan in storage order when it is worth it.
+
+        Rows are stored in write order (rowid), not key order: reading a key
+        range costs a lookup per key, while a table scan reads pages in
+        order, about twice as fast when most of the store is wanted. So when
+        the prefixes hold at least a quarter of the keys (counted on the key
+        index), one ``NOT INDEXED`` scan filters them; otherwise one range
+        query per prefix. Either way inside one read transaction: a
+        consistent snapshot. In WAL mode a reader never blocks the gateway's
+        writes; it only keeps a checkpoint from finishing past the snapshot
+        until it ends, so a PASSIVE checkpoint runs as soon as it ends.
+        """
+        wanted = [prefix for prefix in prefixes if prefix]
+        if not wanted:
+            return
+        conn = self.connection
+        with self.errors("scan"):
+            conn.execute("BEGIN")
+        try:
+            ranges = [_range_clause(prefix) for prefix in wanted]
+            with self.errors("scan"):
+                count = sum(
+                    int(
+                        conn.execute(f"SELECT count(*) FROM kv WHERE {where}", params).fetchone()[0]
+                    )
+                    for where, params in ranges
+                )
+                total = int(conn.execute("SELECT count(*) FROM kv").fetchone()[0])
+            if count * 4 >= total:
+                where = " OR ".join(f"({clause})" for clause, _ in ranges)
+                params = [param for _, clause_params in ranges for param in clause_params]
+                queries = [(f"SELECT key, value FROM kv NOT INDEXED WHERE {where}", params)]
+            else:
+                queries = [(f"SELECT key, value FROM kv WHERE {w}", p) for w, p in ranges]
+            for sql, params in queries:
+                with self.errors("scan"):
+                    cursor = conn.execute(sql, params)
+                while True:
+                    with self.errors("scan"):
+                        rows = cursor.fetchmany(batch_size)
+                    if not rows:
+                        break
+                    yield from rows
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+                # The gateway's checkpoints could not pass our snapshot: catch up
+                # now, so that its next commit does not inherit the backlog.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         for batch in batched(keys, 500):
@@ -232,6 +288,36 @@ class SqliteStorage(BaseStorage):
                     f"SELECT key, value FROM kv WHERE key IN ({marks})", batch
                 ).fetchall()
             found.update(rows)
+        return found
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        """One query per 300 probes, each an index range probe (``key >= ? AND key < ?``).
+
+        Both bounds must be plain columns of the probe: an ``OR`` around the
+        upper bound would turn each probe into a scan to the end of the index.
+        """
+        found = [False] * len(probes)
+        bounded: list[tuple[int, str, str | None, str]] = []
+        for index, (prefix, after) in enumerate(probes):
+            upper = prefix_upper_bound(prefix)
+            if upper is None:  # no upper bound (empty or U+10FFFF prefix): the generic way
+                found[index] = super().any_keys([(prefix, after)])[0]
+                continue
+            strict = after is not None and after >= prefix
+            low = after if strict and after is not None else prefix
+            bounded.append((index, low, low if strict else None, upper))
+        for start in range(0, len(bounded), 300):
+            chunk = bounded[start : start + 300]
+            values = ",".join("(?,?,?,?)" for _ in chunk)
+            with self.errors("probe keys"):
+                hits = self.connection.execute(
+                    f"WITH probe(i, low, excluded, high) AS (VALUES {values}) "
+                    "SELECT i FROM probe WHERE EXISTS (SELECT 1 FROM kv "
+                    "WHERE key >= probe.low AND key < probe.high AND key IS NOT probe.excluded)",
+                    [value for row in chunk for value in row],
+                ).fetchall()
+            for (index,) in hits:
+                found[index] = True
         return found
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
@@ -286,6 +372,78 @@ class SqliteStorage(BaseStorage):
         return self._batched_write(
             "DELETE FROM kv WHERE key = ? AND value = ?", items, batch_size, pause, on_batch
         )
+
+    def replace_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        rows = ((new, key, expected) for key, expected, new in items)
+        return self._batched_write(
+            "UPDATE kv SET value = ? WHERE key = ? AND value = ?", rows, batch_size, pause, on_batch
+        )
+
+    def lock_path(self, name: str) -> Path:
+        """The lock file of ``name``, beside the database: ``<db>-tfadmin-<name>.lock``."""
+        from triggerfish_cli.storage.locks import lock_file_name
+
+        target = self.path.resolve()
+        return target.with_name(f"{target.name}-tfadmin-{lock_file_name(name)}.lock")
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """An OS file lock (flock) beside the database file.
+
+        Every process of this tool on this host that opens the same file
+        (through any path: it is resolved) takes the same lock. The gateway
+        never takes it; it only keeps our own jobs apart.
+        """
+        from triggerfish_cli.storage.locks import file_lock
+
+        return file_lock(self.lock_path(name), wait, what=f"{name} on {self.describe()}")
+
+    @contextmanager
+    def bulk_writes(self, *, own_checkpoints: bool = False) -> Iterator[None]:
+        """Settings of our connection for a long batched job, restored afterwards.
+
+        ``synchronous=NORMAL``: in WAL mode commits skip their fsync
+        (checkpoints still sync); the file stays consistent whatever happens,
+        only the last commits may be lost on an OS crash or power cut, which
+        an idempotent job (a retention sweep) simply redoes.
+        ``own_checkpoints``: no automatic checkpoint inside our COMMITs (the
+        caller runs :meth:`checkpoint` between batches, outside its write
+        transactions). The gateway's own connections are not affected.
+        """
+        conn = self.connection
+        with self.errors("pragma"):
+            synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
+            autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
+            conn.execute("PRAGMA synchronous=NORMAL")
+            if own_checkpoints:
+                conn.execute("PRAGMA wal_autocheckpoint=0")
+        try:
+            yield
+        finally:
+            if self._conn is not None:
+                with self.errors("pragma"):
+                    conn.execute(f"PRAGMA synchronous={synchronous}")
+                    conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        """``PRAGMA wal_checkpoint(mode)``: ``(busy, wal frames, frames checkpointed)``.
+
+        PASSIVE never waits for and never blocks the gateway: it copies what
+        it can of the WAL into the database. Run between the batches of a
+        long job, it keeps the WAL small, so that the gateway's next commit
+        does not pay for a large automatic checkpoint.
+        """
+        if mode not in ("PASSIVE", "FULL", "RESTART", "TRUNCATE"):
+            raise ValueError(f"unknown checkpoint mode {mode!r}")
+        with self.errors("checkpoint"):
+            row = self.connection.execute(f"PRAGMA wal_checkpoint({mode})").fetchone()
+        return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
     def count(self, prefix: str | None = None) -> int:
         where, params = _range_clause(prefix)

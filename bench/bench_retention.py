@@ -1,0 +1,316 @@
+"""Retention sweep vs one raw DELETE, with a concurrent writer (issue #4).
+
+    python bench/bench_retention.py [--records 1000000] [--days 38] [--repeat 3]
+
+The store is the demo store with its records spread over ``--days`` days
+(38: about 15% of it is expired under the default policies at the anchor
+time), built once and cached under bench/data/. Each run works on a fresh
+scratch copy, with a second process inserting a conversation message every
+10 ms (busy timeout 5 s, as a patient gateway would) from 1 s before the job
+until 2 s after it, so the writes just after the job (which pay for any WAL
+left behind) count too.
+
+- ours: ``triggerfish-admin retention sweep --yes`` in a subprocess (start-up,
+  read, plan, paced compare-and-delete batches, checkpoints, audit);
+- raw: the same deletions as raw SQL in one transaction: one
+  ``DELETE ... WHERE json_extract(...) < ?`` per namespace (and the counters
+  and the cron-history trim), which is the physical limit and what an
+  operator would type into sqlite3.
+
+Prints throughput (records deleted or trimmed per second of wall time) and
+its ratio (target >= 0.5x raw), and per job the writer's failures, worst and
+p99 wait (targets: 0 failures, worst <= 200 ms, p99 <= 100 ms), the WAL left
+behind, the sweep's peak memory, and whether both removed the same keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import ANCHOR, DATA, ROOT, median, p95, scratch_copy, store
+
+TICK = 0.010
+
+
+# -- the concurrent writer (runs as its own process) ----------------------------------
+
+
+def writer(db: str, out: str, stop: str) -> None:
+    conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+    results: list[tuple[float, float, str | None]] = []
+    body = "x" * 300
+    start = time.perf_counter()
+    n = 0
+    print("ready", flush=True)
+    while not os.path.exists(stop):
+        n += 1
+        key = f"conv:bench-writer:{n:012d}"
+        value = json.dumps(
+            {
+                "session_id": "bench-writer",
+                "timestamp": "2026-11-01T00:00:00.000Z",
+                "sequence": n,
+                "content": body,
+            }
+        )
+        began = time.perf_counter()
+        error = None
+        try:
+            conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+        except sqlite3.Error as exc:
+            error = str(exc)
+        ended = time.perf_counter()
+        results.append((began - start, ended - began, error))
+        next_tick = start + n * TICK
+        now = time.perf_counter()
+        if next_tick > now:
+            time.sleep(next_tick - now)
+        else:  # blocked past its slots: carry on from now, never burst
+            n = int((now - start) / TICK)
+    conn.close()
+    Path(out).write_text(
+        json.dumps({"start_wall": time.time() - (time.perf_counter() - start), "results": results})
+    )
+
+
+# -- the jobs ---------------------------------------------------------------------------
+
+
+def iso(moment: object) -> str:
+    from triggerfish_cli.serialization import to_iso
+
+    return to_iso(moment)  # type: ignore[arg-type]
+
+
+RAW_SQL = """
+BEGIN IMMEDIATE|
+DELETE FROM kv WHERE key >= 'sessions:' AND key < 'sessions;'
+  AND json_extract(value, '$.createdAt') < :cut30
+  AND substr(key, 10) NOT IN (SELECT coalesce(json_extract(value, '$.id'), value)
+                              FROM kv WHERE key = 'main-session-id')
+  AND NOT EXISTS (SELECT 1 FROM json_each(kv.value, '$.history') h
+                  WHERE json_extract(h.value, '$.timestamp') >= :cut30)
+  AND NOT EXISTS (SELECT 1 FROM kv c WHERE c.key > 'conv:' || substr(kv.key, 10) || ':'
+                  AND c.key < 'conv:' || substr(kv.key, 10) || ';'
+                  AND json_extract(c.value, '$.timestamp') >= :cut30)|
+DELETE FROM kv WHERE key >= 'conv:' AND key < 'conv;'
+  AND json_extract(value, '$.timestamp') < :cut30|
+DELETE FROM kv WHERE key >= 'conv-session:' AND key < 'conv-session;'
+  AND NOT EXISTS (SELECT 1 FROM kv c WHERE c.key > 'conv:' || substr(kv.key, 14) || ':'
+                  AND c.key < 'conv:' || substr(kv.key, 14) || ';')|
+DELETE FROM kv WHERE key >= 'pairing:' AND key < 'pairing;'
+  AND NOT (key >= 'pairing:linked:' AND key < 'pairing:linked;')
+  AND json_extract(value, '$.expiresAt') < :now|
+DELETE FROM kv WHERE key >= 'workflow-runs:' AND key < 'workflow-runs;'
+  AND json_extract(value, '$.completedAt') < :cut30|
+DELETE FROM kv WHERE key >= 'cron:' AND key < 'cron;'
+  AND json_extract(value, '$.enabled') = 0 AND json_extract(value, '$.createdAt') < :cut30|
+DELETE FROM kv WHERE key >= 'cron-history:' AND key < 'cron-history;'
+  AND NOT EXISTS (SELECT 1 FROM json_each(kv.value) e
+                  WHERE json_extract(e.value, '$.executedAt') >= :cut30)|
+UPDATE kv SET value = (SELECT json_group_array(json(e.value)) FROM json_each(kv.value) e
+                       WHERE json_extract(e.value, '$.executedAt') >= :cut30)
+  WHERE key >= 'cron-history:' AND key < 'cron-history;'
+  AND EXISTS (SELECT 1 FROM json_each(kv.value) e
+              WHERE json_extract(e.value, '$.executedAt') < :cut30)|
+COMMIT|
+"""
+
+
+def raw_job(db: Path) -> tuple[float, int, float]:
+    from datetime import timedelta
+
+    params = {"now": iso(ANCHOR), "cut30": iso(ANCHOR - timedelta(days=30))}
+    conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+    before = conn.total_changes
+    started = time.perf_counter()
+    for statement in RAW_SQL.split("|\n"):
+        if statement.strip():
+            conn.execute(statement, params)
+    seconds = time.perf_counter() - started
+    changed = conn.total_changes - before
+    conn.close()
+    return seconds, changed, 0.0
+
+
+def our_job(db: Path, extra: list[str]) -> tuple[float, int, float]:
+    command = [
+        sys.executable,
+        "-m",
+        "triggerfish_cli",
+        "--db",
+        str(db),
+        "retention",
+        "sweep",
+        "--yes",
+        "--as-of",
+        iso(ANCHOR),
+        "--format",
+        "json",
+        *extra,
+    ]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
+    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    seconds = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise SystemExit(f"sweep failed: {stderr}")
+    summary = json.loads(stdout)
+    rss = usage.ru_maxrss / 1024
+    PHASES.append((summary["started_at"], summary["finished_at"]))
+    return seconds, int(summary["deleted"]) + int(summary["trimmed"]), rss
+
+
+#: (apply started, finished) of each sweep, from its summary.
+PHASES: list[tuple[str, str]] = []
+
+
+def _epoch(text: str) -> float:
+    from triggerfish_cli.serialization import parse_iso
+
+    moment = parse_iso(text)
+    assert moment is not None
+    return moment.timestamp()
+
+
+def run(kind: str, source: Path, extra: list[str]) -> dict[str, object]:
+    db = scratch_copy(source, f"bench-retention-{kind}.db")
+    os.sync()  # else the writer's fsyncs queue behind the copy's writeback
+    time.sleep(1.0)
+    stop, out = DATA / f"writer-{kind}.stop", DATA / f"writer-{kind}.json"
+    stop.unlink(missing_ok=True)
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--writer", str(db), str(out), str(stop)], stdout=subprocess.PIPE
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
+        time.sleep(1.0)
+        job_start = time.time()
+        seconds, changed, rss = raw_job(db) if kind == "raw" else our_job(db, extra)
+        wal = Path(str(db) + "-wal")
+        wal_size = wal.stat().st_size if wal.exists() else 0
+        time.sleep(2.0)
+    finally:
+        stop.touch()
+        proc.wait()
+    data = json.loads(out.read_text())
+    base = data["start_wall"]
+    window = [(at, wait, err) for at, wait, err in data["results"] if base + at >= job_start]
+    before = [wait for at, wait, err in data["results"] if base + at < job_start and not err]
+    waits = [wait for _, wait, _ in window]
+    slow = [
+        (round(base + at - job_start, 1), round(wait * 1000))
+        for at, wait, _ in window
+        if wait > 0.1
+    ]
+    phase = ""
+    if kind == "ours" and PHASES:
+        began, ended = PHASES[-1]
+        phase = (
+            f"read+plan 0-{_epoch(began) - job_start:.1f} s, apply until "
+            f"{_epoch(ended) - job_start:.1f} s"
+        )
+    keys = {row[0] for row in sqlite3.connect(db).execute("SELECT key FROM kv")}
+    for suffix in ("", "-wal", "-shm", "-tfadmin-retention-sweep.lock"):
+        Path(str(db) + suffix).unlink(missing_ok=True)
+    stop.unlink(missing_ok=True)
+    out.unlink(missing_ok=True)
+    return {
+        "kind": kind,
+        "seconds": seconds,
+        "changed": changed,
+        "rate": changed / seconds,
+        "rss_mib": rss,
+        "writes": len(window),
+        "failures": sum(1 for _, _, err in window if err),
+        "worst_ms": max(waits) * 1000,
+        "p99_ms": sorted(waits)[int(0.99 * (len(waits) - 1))] * 1000,
+        "median_ms": median(waits) * 1000,
+        "idle_p99_ms": sorted(before)[int(0.99 * (len(before) - 1))] * 1000 if before else 0,
+        "wal_mib": wal_size / 2**20,
+        "keys": {k for k in keys if not k.startswith(("audit:", "conv:bench-writer:"))},
+        "slow": slow,
+        "phase": phase,
+        "idle_worst_ms": max(before) * 1000 if before else 0,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--records", type=int, default=1_000_000)
+    parser.add_argument("--days", type=int, default=38)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--sweep-args", default="", help="extra options for the sweep")
+    args = parser.parse_args()
+    source = store(args.records, seed=1, days=args.days)
+    extra = args.sweep_args.split()
+    total = sqlite3.connect(source).execute("SELECT count(*) FROM kv").fetchone()[0]
+    runs: dict[str, list[dict[str, object]]] = {"raw": [], "ours": []}
+    for index in range(args.repeat):
+        for kind in ("raw", "ours") if index % 2 == 0 else ("ours", "raw"):
+            result = run(kind, source, extra)
+            runs[kind].append(result)
+            print(
+                f"# {kind:<4} {result['seconds']:7.2f} s  {result['changed']:>7} records  "
+                f"{result['rate']:8.0f}/s  writer: {result['failures']} failed of "
+                f"{result['writes']}, worst {result['worst_ms']:6.0f} ms, p99 "
+                f"{result['p99_ms']:5.0f} ms, median {result['median_ms']:4.1f} ms "
+                f"(before the job: p99 {result['idle_p99_ms']:4.1f}, "
+                f"worst {result['idle_worst_ms']:4.0f} ms); WAL left "
+                f"{result['wal_mib']:.1f} MiB; peak RSS {result['rss_mib']:.0f} MiB",
+                flush=True,
+            )
+            print(
+                f"#      {result['phase']}; writes over 100 ms (s after start, ms): "
+                f"{result['slow'][:10]}",
+                flush=True,
+            )
+    raw, ours = runs["raw"], runs["ours"]
+    same = all(r["keys"] == raw[0]["keys"] for r in raw + ours)
+    diff = len(raw[0]["keys"] ^ ours[0]["keys"])  # type: ignore[operator]
+    print(
+        f"\nstore: {total} keys, {args.days} days; ours removed "
+        f"{ours[0]['changed']} records, raw {raw[0]['changed']}; same keys left: {same} "
+        f"({diff} differ)"
+    )
+
+    def col(kind: list[dict[str, object]], name: str) -> list[float]:
+        return [float(r[name]) for r in kind]  # type: ignore[arg-type]
+
+    ratio = median(col(ours, "rate")) / median(col(raw, "rate"))
+    print(
+        f"{'throughput (records/s)':<28} ours median {median(col(ours, 'rate')):8.0f} "
+        f"p95 {p95(col(ours, 'rate')):8.0f}  raw median {median(col(raw, 'rate')):8.0f}  "
+        f"ratio {ratio:4.2f}x  target >= 0.5x  {'OK' if ratio >= 0.5 else 'MISSED'}"
+    )
+    for kind, label in ((ours, "ours"), (raw, "raw")):
+        fails = sum(col(kind, "failures"))
+        worst = max(col(kind, "worst_ms"))
+        p99 = median(col(kind, "p99_ms"))
+        ok = fails == 0 and worst <= 200 and p99 <= 100
+        print(
+            f"writer during {label:<5} failures {fails:4.0f}  worst {worst:6.0f} ms  "
+            f"p99 (median of runs) {p99:5.0f} ms  p99 worst run {max(col(kind, 'p99_ms')):5.0f}"
+            f" ms  targets 0 / 200 / 100  {'OK' if ok else 'MISSED'}"
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--writer":
+        writer(*sys.argv[2:5])
+    else:
+        main()

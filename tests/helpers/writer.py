@@ -1,0 +1,63 @@
+"""A second process writing to a store, as the gateway would, while a sweep runs.
+
+    python writer.py DB STOPFILE OUTFILE SESSION_ID...
+
+Until STOPFILE exists it writes every few milliseconds (busy timeout 5 s):
+new young sessions, revivals of the given (old) sessions with a fresh
+``createdAt``, and new messages to them with their counter. Then it writes
+OUTFILE: ``{"writes": {key: last value written}, "errors": [...], "count": N}``.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+
+def now_iso() -> str:
+    moment = datetime.now(timezone.utc)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+def main() -> None:
+    db, stop, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+    old = sys.argv[4:]
+    conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+    writes: dict[str, str] = {}
+    errors: list[str] = []
+    count = 0
+    print("ready", flush=True)
+    while not stop.exists():
+        count += 1
+        items = [(f"sessions:w-{count}", json.dumps({"id": f"w-{count}", "createdAt": now_iso()}))]
+        if old:
+            sid = old[count % len(old)]
+            if count % 3 == 0:  # the gateway revives an old session
+                items.append((f"sessions:{sid}", json.dumps({"id": sid, "createdAt": now_iso()})))
+            else:  # or the owner writes in an old conversation
+                items.append(
+                    (
+                        f"conv:{sid}:{900000 + count:012d}",
+                        json.dumps(
+                            {"session_id": sid, "timestamp": now_iso(), "sequence": 900000 + count}
+                        ),
+                    )
+                )
+                items.append((f"conv-session:{sid}", json.dumps({"lastSequence": 900000 + count})))
+        for key, value in items:
+            try:
+                conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+                writes[key] = value
+            except sqlite3.Error as exc:
+                errors.append(f"{key}: {exc}")
+        time.sleep(0.004)
+    conn.close()
+    out.write_text(json.dumps({"writes": writes, "errors": errors, "count": count}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,427 @@
+"""Sweeps: compare-and-delete, guards, the memory index, interruption, the lock, real processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.helpers.gateway import GATEWAY_ROWS, SESSION_ID, write_gateway_store
+from tests.helpers.records import (
+    NOW,
+    ago,
+    conv,
+    conv_session,
+    cron_run,
+    js,
+    lineage,
+    memory,
+    session,
+)
+from triggerfish_cli.demo import build_demo
+from triggerfish_cli.errors import BusyError, RefusedError
+from triggerfish_cli.retention import defaults, load_policies
+from triggerfish_cli.retention_plan import Plan
+from triggerfish_cli.retention_sweep import (
+    Pacing,
+    SweepInterrupted,
+    apply_plan,
+    check_limit,
+    read_plan,
+    sweep_lock,
+    writer_gap,
+)
+from triggerfish_cli.storage.in_memory import MemoryStorage
+from triggerfish_cli.storage.provider import BaseStorage
+from triggerfish_cli.storage.sqlite import SqliteStorage
+
+FAST = Pacing(min_pause=0, pause=0)
+ROOT = Path(__file__).resolve().parents[1]
+
+EXTRA = dict(
+    [
+        session("old", ago(40)),
+        ("taint:old", "PUBLIC"),
+        conv("old", 1, ago(41)),
+        conv_session("old", 1),
+        session("young", ago(3)),
+        ("taint:young", "PUBLIC"),
+        lineage("lin-old", ago(100), "h9"),
+        ("lineage-hash:h9", "lin-old"),
+        ("lineage-session:old:lin-old", "lin-old"),
+        ("cron-history:job", js([cron_run("job", ago(50)), cron_run("job", ago(1))])),
+        ("custom:untouched", js({"createdAt": "2020-01-01T00:00:00.000Z"})),
+    ]
+)
+
+
+def contents(provider: BaseStorage) -> dict[str, str]:
+    return dict(provider.scan())
+
+
+def without_audit(rows: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in rows.items() if not k.startswith("audit:")}
+
+
+def audits(rows: dict[str, str]) -> list[dict[str, object]]:
+    return [json.loads(v) for k, v in sorted(rows.items()) if k.startswith("audit:")]
+
+
+def expected_after(before: dict[str, str], plan: Plan) -> dict[str, str]:
+    after = dict(before)
+    for action in plan.actions():
+        if action.is_delete:
+            del after[action.key]
+        else:
+            after[action.key] = action.replacement or ""
+    return after
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def provider(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseStorage]:
+    rows = {**GATEWAY_ROWS, **EXTRA}
+    if request.param == "memory":
+        yield MemoryStorage(rows)
+        return
+    store = SqliteStorage(write_gateway_store(tmp_path / "t.db", rows))
+    yield store
+    store.close()
+
+
+def test_sweep_applies_exactly_the_plan_and_audits_once(provider: BaseStorage) -> None:
+    before = contents(provider)
+    plan = read_plan(provider, defaults(), NOW)
+    assert plan.deletes == 12 and plan.trims == 1
+    result = apply_plan(provider, plan, pacing=FAST)
+    after = contents(provider)
+    assert without_audit(after) == expected_after(before, plan)
+    assert after["custom:untouched"] == before["custom:untouched"]
+    assert after["cron-history:job"] == js([cron_run("job", ago(1))])
+    (record,) = audits(after)
+    assert record["action"] == "retention_sweep" and record["hook"] == "admin_retention_sweep"
+    assert record["counts"] == result.counts()
+    assert record["counts"]["deleted"] == 12 and record["counts"]["trimmed"] == 1  # type: ignore[index]
+    assert record["namespaces"]["conv:"] == {  # type: ignore[index]
+        "policy": "30d",
+        "planned": 3,
+        "deleted": 3,
+        "bytes": sum(len(before[a.key].encode()) for a in plan.namespaces["conv:"].actions),
+    }
+    assert result.audit_key in after
+    # a second sweep finds nothing more to do
+    assert read_plan(provider, defaults(), NOW).deletes == 0
+
+
+def test_records_rewritten_meanwhile_are_kept(provider: BaseStorage) -> None:
+    plan = read_plan(provider, defaults(), NOW)
+    revived = session("old", ago(0))[1]
+    provider.set("sessions:old", revived)  # the gateway rewrote it after the plan read it
+    provider.set(f"conv:{SESSION_ID}:000000000001", "{}")
+    runs = js([cron_run("job", ago(50)), cron_run("job", ago(1)), cron_run("job", ago(0))])
+    provider.set("cron-history:job", runs)  # a run was appended meanwhile
+    result = apply_plan(provider, plan, pacing=FAST)
+    after = contents(provider)
+    assert after["sessions:old"] == revived
+    assert after[f"conv:{SESSION_ID}:000000000001"] == "{}"
+    assert after["cron-history:job"] == runs  # the compare-and-swap lost: nothing lost
+    assert "taint:old" in after  # its session is still there: the guard kept it
+    assert f"conv-session:{SESSION_ID}" in after  # and a message of this session is left
+    assert result.counts()["changed"] == 3
+    assert result.counts()["guarded"] == 2
+    assert result.counts()["deleted"] == plan.deletes - 2 - 2  # changed, guarded
+    assert result.counts()["trimmed"] == 0
+
+
+def test_guards_keep_what_came_back(provider: BaseStorage) -> None:
+    plan = read_plan(provider, defaults(), NOW)
+    provider.set("conv:old:000000000002", conv("old", 2, ago(0))[1])  # a new message
+    result = apply_plan(provider, plan, pacing=FAST)
+    after = contents(provider)
+    assert "sessions:old" in after  # it got a message during the sweep
+    assert "taint:old" in after
+    assert "conv-session:old" in after  # a message of its session is left
+    assert "conv:old:000000000001" not in after
+    by_ns = {entry.namespace: entry for entry in result.namespaces}
+    assert by_ns["sessions:"].guarded == 1 and by_ns["conv-session:"].guarded == 1
+
+
+def test_max_delete_refuses_before_deleting_anything(provider: BaseStorage) -> None:
+    before = contents(provider)
+    plan = read_plan(provider, defaults(), NOW)
+    with pytest.raises(RefusedError) as info:
+        check_limit(plan, 11)
+    assert info.value.exit_code == 4 and "more than --max-delete 11" in str(info.value)
+    check_limit(plan, 12)
+    check_limit(plan, None)
+    assert contents(provider) == before
+
+
+def test_memory_sweep_drops_stale_index_rows_in_the_same_transaction(tmp_path: Path) -> None:
+    rows = dict(
+        [
+            memory("gone", "PUBLIC", ago(200), expired=True),
+            memory("revived", "PUBLIC", ago(200), expired=True),
+            memory("live", "PUBLIC", ago(900), expired=False),
+        ]
+    )
+    db = write_gateway_store(tmp_path / "m.db", rows)
+    conn = sqlite3.connect(db)
+    for key in ("gone", "revived", "live"):  # index rows, stale for the soft-deleted ones
+        conn.execute("INSERT INTO memory_fts VALUES ('main-session', 'PUBLIC', ?, 'c', '')", (key,))
+        conn.execute("INSERT INTO memory_meta VALUES ('main-session', 'PUBLIC', ?, '{}')", (key,))
+    conn.commit()
+    store = SqliteStorage(db)
+    policies = load_policies({"memory": "90d"})
+    plan = read_plan(store, policies, NOW)
+    assert {a.key for a in plan.actions()} == {
+        "memory:main-session:PUBLIC:gone",
+        "memory:main-session:PUBLIC:revived",
+    }
+    store.set(
+        "memory:main-session:PUBLIC:revived", memory("revived", "PUBLIC", NOW, expired=False)[1]
+    )
+    result = apply_plan(store, plan, pacing=FAST)
+    assert result.counts()["deleted"] == 1 and result.counts()["changed"] == 1
+    fts = {r[0] for r in conn.execute("SELECT key FROM memory_fts")}
+    meta = {r[0] for r in conn.execute("SELECT key FROM memory_meta")}
+    assert fts == meta == {"revived", "live"}
+    assert store.get("memory:main-session:PUBLIC:live") == rows["memory:main-session:PUBLIC:live"]
+    store.close()
+
+
+class _InterruptingStore(SqliteStorage):
+    """Ctrl-C in the middle of the third write transaction."""
+
+    calls = 0
+
+    def delete_if_unchanged(self, items: Iterable[tuple[str, str]], **kw: object) -> int:
+        type(self).calls += 1
+        if type(self).calls != 3:
+            return super().delete_if_unchanged(items, **kw)  # type: ignore[arg-type]
+
+        def interrupted() -> Iterator[tuple[str, str]]:
+            for index, item in enumerate(items):
+                if index == 2:
+                    raise KeyboardInterrupt
+                yield item
+
+        return super().delete_if_unchanged(interrupted(), **kw)  # type: ignore[arg-type]
+
+
+def _demo_store(path: Path, records: int = 3000) -> Path:
+    store = SqliteStorage(path, create=True)
+    build_demo(store, records=records, seed=3, now=ANCHOR, days=120)
+    store.close()
+    return path
+
+
+ANCHOR = datetime(2026, 10, 1, tzinfo=timezone.utc)
+ANCHOR_ISO = "2026-10-01T00:00:00.000Z"
+
+
+def _reference(db: Path, tmp_path: Path) -> dict[str, str]:
+    """The store after one uninterrupted sweep, on a copy."""
+    copy = tmp_path / "reference.db"
+    shutil.copyfile(db, copy)
+    store = SqliteStorage(copy)
+    apply_plan(store, read_plan(store, defaults(), ANCHOR), pacing=FAST)
+    rows = without_audit(contents(store))
+    store.close()
+    return rows
+
+
+def test_ctrl_c_rolls_back_the_batch_and_the_next_sweep_finishes(tmp_path: Path) -> None:
+    db = _demo_store(tmp_path / "s.db")
+    reference = _reference(db, tmp_path)
+    store = _InterruptingStore(db)
+    plan = read_plan(store, defaults(), ANCHOR)
+    pacing = Pacing(batch_size=10, pause=0, min_pause=0)
+    with pytest.raises(SweepInterrupted) as info:
+        apply_plan(store, plan, pacing=pacing)
+    assert info.value.exit_code == 130
+    assert "next sweep finishes the job" in str(info.value)
+    rows = contents(store)
+    (record,) = audits(rows)
+    assert record["interrupted"] is True
+    assert record["counts"]["deleted"] == 20  # type: ignore[index]  # two batches, not 22
+    assert len(without_audit(rows)) == 3000 - 20
+    store.close()
+    again = SqliteStorage(db)
+    apply_plan(again, read_plan(again, defaults(), ANCHOR), pacing=FAST)
+    assert without_audit(contents(again)) == reference
+    again.close()
+
+
+def test_a_second_sweep_is_busy_at_once_or_waits(tmp_path: Path) -> None:
+    db = write_gateway_store(tmp_path / "l.db")
+    first, second = SqliteStorage(db), SqliteStorage(db)
+    with sweep_lock(first):
+        started = time.monotonic()
+        with pytest.raises(BusyError) as info, sweep_lock(second):
+            pass
+        assert info.value.exit_code == 6
+        assert f"pid {os.getpid()}" in str(info.value)
+        assert time.monotonic() - started < 5  # at once, not after a timeout
+    with sweep_lock(second, wait=1):
+        pass
+    assert (tmp_path / "l.db-tfadmin-retention-sweep.lock").exists()
+    first.close()
+    second.close()
+
+
+def _sweep_command(db: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "triggerfish_cli",
+        "--db",
+        str(db),
+        "retention",
+        "sweep",
+        "--yes",
+        "--as-of",
+        ANCHOR_ISO,
+        *extra,
+    ]
+
+
+def _wait_for_deletions(db: Path, before: int, process: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and process.poll() is None:
+        conn = sqlite3.connect(db, timeout=5)
+        count = conn.execute("SELECT count(*) FROM kv").fetchone()[0]
+        conn.close()
+        if count < before - 50:
+            return
+        time.sleep(0.05)
+    pytest.fail("the sweep never started deleting")
+
+
+@pytest.mark.parametrize(
+    "how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill-9", "kill", "ctrl-c"]
+)
+def test_a_killed_sweep_leaves_a_consistent_store_and_the_next_one_finishes(
+    tmp_path: Path, how: signal.Signals
+) -> None:
+    db = _demo_store(tmp_path / "k.db")
+    reference = _reference(db, tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen(
+        _sweep_command(db, "--batch-size", "5", "--pause", "0.05", "--format", "json"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    _wait_for_deletions(db, 3000, process)
+    process.send_signal(how)
+    _out, err = process.communicate(timeout=60)
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    rows = dict(conn.execute("SELECT key, value FROM kv").fetchall())
+    conn.close()
+    assert len(without_audit(rows)) > len(reference)  # stopped midway
+    if how == signal.SIGKILL:
+        assert process.returncode == -signal.SIGKILL
+        assert audits(rows) == []
+    else:  # stopped between batches, wrote the partial audit record, exit 130
+        assert process.returncode == 130, err
+        assert b"next sweep finishes the job" in err
+        (record,) = audits(rows)
+        assert record["interrupted"] is True
+        assert 0 < record["counts"]["deleted"] == 3000 - len(without_audit(rows))  # type: ignore[index]
+    finish = subprocess.run(
+        _sweep_command(db, "--format", "json"), env=env, capture_output=True, timeout=120
+    )
+    assert finish.returncode == 0, finish.stderr
+    store = SqliteStorage(db)
+    assert without_audit(contents(store)) == reference
+    store.close()
+
+
+def test_a_second_process_writing_during_a_sweep_loses_nothing(tmp_path: Path) -> None:
+    db = _demo_store(tmp_path / "w.db")
+    store = SqliteStorage(db)
+    plan = read_plan(store, defaults(), ANCHOR)
+    old = sorted(a.key.removeprefix("sessions:") for a in plan.namespaces["sessions:"].actions)
+    stop, out = tmp_path / "stop", tmp_path / "writes.json"
+    writer = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "writer.py"),
+            str(db),
+            str(stop),
+            str(out),
+            *old[:40],
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == b"ready"
+        time.sleep(0.2)
+        plan = read_plan(store, defaults(), ANCHOR)  # read while the writer writes
+        time.sleep(0.2)
+        result = apply_plan(store, plan, pacing=Pacing(batch_size=25, pause=0.005))
+        time.sleep(0.2)
+    finally:
+        stop.touch()
+        writer.wait(timeout=60)
+    report = json.loads(out.read_text())
+    assert report["errors"] == []
+    assert report["count"] > 50  # it really wrote during the sweep
+    after = contents(store)
+    lost = {k: v for k, v in report["writes"].items() if after.get(k) != v}
+    assert lost == {}
+    assert result.counts()["deleted"] > 1000
+    assert result.counts()["changed"] + result.counts()["guarded"] > 0
+    store.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(held_ms=st.integers(0, 2000), start=st.floats(0, 1))
+def test_the_rest_after_a_batch_covers_a_waiting_writers_next_try(
+    held_ms: int, start: float
+) -> None:
+    """A writer that began waiting during our transaction tries again while we rest."""
+    held = held_ms / 1000
+    began = start * held  # when, during our transaction, the writer hit the lock
+    tries, at = [], began
+    for delay in (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, *[100] * 60):
+        at += delay / 1000
+        tries.append(at)
+    next_try = min(t for t in tries if t >= held)
+    assert next_try <= held + writer_gap(held) + 1e-9
+
+
+def test_batches_respect_the_batch_size(provider: BaseStorage) -> None:
+    plan = read_plan(provider, defaults(), NOW)
+    sizes: list[int] = []
+    apply_plan(provider, plan, pacing=Pacing(batch_size=3, pause=0), on_progress=sizes.append)
+    assert max(sizes) <= 3 and sum(sizes) == plan.deletes + plan.trims
+
+
+def test_bulk_writes_restores_the_connection_settings(tmp_path: Path) -> None:
+    store = SqliteStorage(tmp_path / "b.db", create=True)
+    conn = store.connection
+    before = [
+        conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("synchronous", "wal_autocheckpoint")
+    ]
+    with store.bulk_writes(own_checkpoints=True):
+        assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+        assert conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0] == 0
+    after = [
+        conn.execute(f"PRAGMA {p}").fetchone()[0] for p in ("synchronous", "wal_autocheckpoint")
+    ]
+    assert after == before
+    store.close()

@@ -1,0 +1,115 @@
+"""How `retention` shows plans and sweep summaries (tables, JSON, CSV)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from triggerfish_cli.cli.output import Output
+    from triggerfish_cli.retention_plan import Plan
+
+
+def plan_rows(out: Output, plan: Plan) -> None:
+    from triggerfish_cli.cli.output import Column, human_bytes
+
+    out.rows(
+        (ns_plan.as_row() for ns_plan in plan.namespaces.values()),
+        [
+            Column("namespace", "namespace"),
+            Column("policy", "policy", render=lambda v: str(v)),
+            Column("held", "held"),
+            Column("delete", "delete", "right"),
+            Column("trim", "trim", "right"),
+            Column("bytes", "size", "right", human_bytes),
+            Column("oldest", "oldest"),
+            Column("unknown_age", "age unknown", "right"),
+            Column("rule", "rule"),
+        ],
+        footer={
+            "namespace": "total",
+            "delete": plan.deletes,
+            "trim": plan.trims,
+            "bytes": plan.bytes,
+            "unknown_age": plan.unknown_age,
+        },
+        empty="no namespace to sweep",
+    )
+
+
+def key_rows(plan: Plan) -> Iterator[dict[str, Any]]:
+    for ns_plan in plan.namespaces.values():
+        rows = [action.as_row() for action in ns_plan.actions]
+        rows += [unknown.as_row() for unknown in ns_plan.unknown]
+        yield from sorted(rows, key=lambda row: row["key"])
+
+
+def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
+    from triggerfish_cli.cli.output import Column, human_bytes
+    from triggerfish_cli.serialization import to_iso
+
+    if list_keys:
+        out.rows(
+            key_rows(plan),
+            [
+                Column("key", "key"),
+                Column("action", "action"),
+                Column("time", "time"),
+                Column("bytes", "bytes", "right"),
+                Column("reason", "reason"),
+            ],
+            empty="nothing to delete and no record of unknown age",
+        )
+    else:
+        plan_rows(out, plan)
+    out.info(
+        f"plan as of {to_iso(plan.now)}: delete {plan.deletes} record(s), trim {plan.trims} "
+        f"({human_bytes(plan.bytes)}); {plan.unknown_age} of unknown age kept"
+    )
+
+
+def brief(out: Output, plan: Plan) -> None:
+    """What the sweep is about to do, on stderr, before asking."""
+    from triggerfish_cli.cli.output import human_bytes
+
+    for ns_plan in plan.namespaces.values():
+        if ns_plan.actions:
+            trims = f", trim {ns_plan.trims}" if ns_plan.trims else ""
+            out.info(
+                f"  {ns_plan.policy.namespace}  delete {ns_plan.deletes}{trims} "
+                f"({human_bytes(ns_plan.bytes)}): {ns_plan.policy.rule}"
+            )
+
+
+def report(out: Output, summary: dict[str, Any]) -> None:
+    from triggerfish_cli.cli.output import Column, human_bytes
+
+    if out.quiet:
+        return
+    if out.fmt in ("json", "jsonl"):
+        out.record(summary)
+        return
+    columns = [
+        Column("namespace", "namespace"),
+        Column("policy", "policy"),
+        Column("planned", "planned", "right"),
+        Column("deleted", "deleted", "right"),
+        Column("trimmed", "trimmed", "right"),
+        Column("changed", "kept: changed", "right"),
+        Column("guarded", "kept: guard", "right"),
+        Column("unknown_age", "age unknown", "right"),
+        Column("bytes", "freed", "right", human_bytes),
+    ]
+    if out.fmt == "csv":
+        out.rows(summary["namespaces"], columns)
+        return
+    rows = [row for row in summary["namespaces"] if row["planned"] or row["unknown_age"]]
+    if rows:
+        out.rows(rows, columns)
+    out.line(
+        f"swept {summary['store']} as of {summary['as_of']}: deleted {summary['deleted']}, "
+        f"trimmed {summary['trimmed']} ({human_bytes(summary['bytes'])}) in "
+        f"{summary['seconds']:.1f} s; kept {summary['changed']} changed meanwhile, "
+        f"{summary['guarded']} by guard, {summary['unknown_age']} of unknown age; "
+        f"audit {summary['audit_key']}"
+    )
