@@ -8,9 +8,22 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
 ``storage:``::
 
     storage:
-      backend: sqlite          # sqlite (default) | memory
+      backend: sqlite          # sqlite (default) | memory | postgres | s3
       path: data/triggerfish.db   # sqlite: relative to this file's directory
       busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
+
+    storage:                   # postgres (storage/postgres.py)
+      backend: postgres
+      dsn: "host=db.internal dbname=triggerfish user=tf"   # never a password
+      schema: triggerfish
+      connect_timeout: 5
+
+    storage:                   # s3 (storage/s3.py); credentials: the AWS chain
+      backend: s3
+      bucket: acme-triggerfish
+      prefix: prod/
+      endpoint_url: https://minio.internal:9000   # S3-compatible stores
+      region: eu-west-1
 
 The YAML is parsed lazily: a command that only needs to know the backend
 does not import the YAML parser when the file has no ``storage`` section.
@@ -165,8 +178,23 @@ def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {}
 
 
+def _lazy(target: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
+    """A validator living in ``module:function``, imported only when a section needs it."""
+
+    def validate(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+        import importlib
+
+        module, _, function = target.partition(":")
+        options: dict[str, Any] = getattr(importlib.import_module(module), function)(section, base)
+        return options
+
+    return validate
+
+
 register_backend("sqlite", _sqlite_options)
 register_backend("memory", _memory_options)
+register_backend("postgres", _lazy("triggerfish_cli.storage.postgres:section_options"))
+register_backend("s3", _lazy("triggerfish_cli.storage.s3:section_options"))
 
 
 def parse_storage_section(

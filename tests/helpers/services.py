@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,19 @@ class Postgres:
     #: A schema of its own for this test session, dropped at the end.
     schema: str
 
+    def connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, connect_timeout=3, autocommit=True)
+
+    def new_schema(self) -> str:
+        """A fresh schema name for one test (the store creates it; the session drops it)."""
+        return f"{self.schema}_{uuid.uuid4().hex[:8]}"
+
+    def drop_schema(self, name: str) -> None:
+        with self.connect() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
@@ -52,7 +66,12 @@ def postgres() -> Iterator[Postgres]:
     try:
         yield Postgres(PG_DSN, schema)
     finally:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        # The session's schema and every per-test schema made from its name.
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (schema,)
+        ).fetchall()
+        for (name,) in rows:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         conn.close()
 
 

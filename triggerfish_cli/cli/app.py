@@ -26,6 +26,10 @@ PROG = "triggerfish-admin"
 GROUPS: dict[str, tuple[str, str]] = {
     "kv": ("triggerfish_cli.cli.kv", "Inspect and edit the raw key-value store."),
     "demo": ("triggerfish_cli.cli.demo", "Build a realistic demo store to try the tool on."),
+    "migrate": (
+        "triggerfish_cli.cli.migrate",
+        "Move a store to another backend, verified and resumable.",
+    ),
 }
 
 
@@ -196,7 +200,9 @@ def root(
             envvar="TRIGGERFISH_BACKEND",
             show_default=False,
             help="Storage backend, overriding the storage: section "
-            "[env: TRIGGERFISH_BACKEND]: sqlite or memory.",
+            "[env: TRIGGERFISH_BACKEND]: sqlite, memory, postgres or s3 (postgres and s3 "
+            "take their dsn/schema or bucket/prefix/endpoint_url/region from the storage: "
+            "section; postgres also from the libpq PG* environment).",
         ),
     ] = None,
     fmt: Annotated[

@@ -1,0 +1,542 @@
+"""Moving a store between backends: stream, resume, verify.
+
+``migrate --from SOURCE --to TARGET`` copies every key of one store into
+another (SQLite, Postgres, S3, in any direction), then proves the copy.
+
+The copy
+    Keys stream from the source in binary key order, in batches of
+    ``batch_size``; each batch is one ``set_many`` on the target (one
+    transaction on SQLite and Postgres, parallel PUTs on S3).
+
+Resuming
+    After each batch is written, the target's progress record
+    ``tfadmin:migrate`` (a JSON value: source, last key, count) is updated.
+    An interrupted run (Ctrl-C, a dropped connection, a crash) is finished
+    by running the same command again: it continues after the recorded
+    key. Because keys come in order and a batch is recorded only after it
+    was written, every source key up to the recorded one is in the target;
+    the at most one batch written after the record is written again
+    (writes are idempotent). The record is removed when the copy verified.
+
+Verification
+    Afterwards both stores are read again, side by side in key order, and
+    compared per namespace: key counts, an order-independent checksum (the
+    sum modulo 2**128 of BLAKE2b-128 over ``len(key)``, key and value, the
+    same on both sides) and each key's value. Keys changed in the source
+    during the copy (a gateway still writing) show up as mismatches: stop
+    the gateway, rerun with ``--merge``.
+
+Safety
+    The source is opened read-only (SQLite ``mode=ro``, a read-only
+    Postgres session, no S3 writes) and is never modified. A target that
+    holds keys is refused unless ``--merge`` (source values then win); a
+    target with another migration's progress record is refused. One audit
+    record is written to the target when the copy verified.
+
+Beyond kv
+    Only ``kv`` is copied. SQLite's memory search tables (``memory_fts``,
+    ``memory_meta``) are an index derived from the ``memory:`` keys: rebuild
+    it on the target with ``triggerfish-admin memory reindex``. Tables of
+    our own (``tfadmin_*``) hold local state (locks, catalogs) and stay.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from triggerfish_cli import audit, namespaces
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    InvalidDataError,
+    RefusedError,
+    UsageError,
+    VerificationError,
+)
+from triggerfish_cli.serialization import dumps, loads, now_iso
+from triggerfish_cli.settings import StorageConfig, load_settings, parse_storage_section
+from triggerfish_cli.storage.provider import StorageProvider, batched
+from triggerfish_cli.storage.sqlite import SqliteStorage
+
+PROGRESS_KEY = "tfadmin:migrate"
+DEFAULT_BATCH = 5000
+_MASK = (1 << 128) - 1
+
+Callback = Callable[[int], None]
+
+
+# -- where stores are ----------------------------------------------------------------
+
+
+def parse_location(spec: str, role: str) -> StorageConfig:
+    """``--from``/``--to``: a SQLite path, a postgresql:// DSN, s3://bucket/prefix, or a YAML."""
+    if not spec.strip():
+        raise UsageError(f"--{role}: empty")
+    lowered = spec.lower()
+    if lowered.startswith(("postgresql://", "postgres://")):
+        from triggerfish_cli.storage import postgres
+
+        postgres.check_dsn(spec, f"--{role}")
+        dsn, schema = postgres.split_url(spec)
+        options: dict[str, Any] = {"dsn": dsn}
+        if schema is not None:
+            options["schema"] = postgres.check_schema(schema, f"--{role} schema")
+        return StorageConfig("postgres", options=options, source=f"--{role}")
+    if lowered.startswith("s3://"):
+        from triggerfish_cli.storage import s3
+
+        return StorageConfig("s3", options=s3.parse_url(spec), source=f"--{role}")
+    if "://" in spec:
+        raise UsageError(
+            f"--{role}: unknown kind of store {spec.split('://')[0]!r}://",
+            hint="give a SQLite path, postgresql://..., s3://bucket/prefix or a YAML file",
+        )
+    path = Path(spec).expanduser()
+    if path.suffix.lower() in (".yaml", ".yml"):
+        return _from_yaml(path, role)
+    return StorageConfig("sqlite", path=path, source=f"--{role}")
+
+
+def _from_yaml(path: Path, role: str) -> StorageConfig:
+    settings = load_settings(path, explicit=True)
+    section = settings.storage_section()
+    if section is None:
+        raise InvalidDataError(f"{path}: no storage: section to {role} migrate")
+    backend, options = parse_storage_section(section, path)
+    if backend == "memory":
+        raise UsageError(f"{path}: a memory store lives for one command; nothing to migrate")
+    store_path = options.pop("path", None)
+    if backend == "sqlite" and store_path is None:
+        from triggerfish_cli.paths import default_db_path
+
+        store_path = default_db_path()
+    return StorageConfig(backend, path=store_path, options=options, source=f"--{role}")
+
+
+class _ReadOnlySqlite(SqliteStorage):
+    """A SQLite store opened with ``mode=ro``: nothing in the file can change."""
+
+    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
+        # Absolute, so that a resumed run from another directory is the same source.
+        path = path.expanduser().absolute()
+        self.path = path
+        self.busy_timeout_ms = busy_timeout_ms
+        self._conn = None
+        if not path.is_file():
+            raise BackendUnavailableError(f"{path}: no store there")
+        uri = f"file:{quote(str(path.absolute()))}?mode=ro"
+        try:
+            self._conn = sqlite3.connect(
+                uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None
+            )
+        except sqlite3.Error as exc:
+            raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
+        if "kv" not in self.tables():
+            self.close()
+            raise InvalidDataError(f"{path}: no kv table: not a Triggerfish store")
+
+
+def open_source(config: StorageConfig) -> StorageProvider:
+    """The source, read-only."""
+    if config.backend == "sqlite":
+        assert config.path is not None
+        return _ReadOnlySqlite(config.path, int(config.options.get("busy_timeout_ms", 5000)))
+    from triggerfish_cli.storage.factory import open_provider
+
+    return open_provider(replace(config, options={**config.options, "read_only": True}))
+
+
+def open_target(config: StorageConfig, *, create: bool) -> StorageProvider | None:
+    """The target; created when ``create``, else None when it does not exist yet."""
+    from triggerfish_cli.storage.factory import open_provider
+
+    if not create:
+        if config.backend == "sqlite" and config.path is not None and not config.path.exists():
+            return None
+        if config.backend == "postgres":
+            from triggerfish_cli.storage.postgres import NoStoreError
+
+            try:
+                return open_provider(config, create=False)
+            except NoStoreError:
+                return None
+    return open_provider(config, create=create)
+
+
+def same_store(source: StorageProvider, target: StorageProvider) -> bool:
+    if isinstance(source, SqliteStorage) and isinstance(target, SqliteStorage):
+        try:
+            return source.path.resolve().samefile(target.path.resolve())
+        except OSError:
+            return False
+    return source.describe() == target.describe()
+
+
+# -- verification ------------------------------------------------------------------------
+
+
+def record_hash(key: str, value: str) -> int:
+    """BLAKE2b-128 of ``len(key) (4 bytes) + key + value`` (UTF-8), as an integer."""
+    key_bytes = key.encode("utf-8")
+    digest = hashlib.blake2b(
+        len(key_bytes).to_bytes(4, "big") + key_bytes + value.encode("utf-8"), digest_size=16
+    ).digest()
+    return int.from_bytes(digest, "big")
+
+
+@dataclass
+class NamespaceCheck:
+    namespace: str
+    source_keys: int = 0
+    target_keys: int = 0
+    #: Source keys absent from the target, and keys whose values differ.
+    missing: int = 0
+    different: int = 0
+    #: Target keys that are not in the source (allowed with --merge).
+    extra: int = 0
+    _source_sum: int = 0
+    _target_sum: int = 0
+
+    @property
+    def source_checksum(self) -> str:
+        return f"{self._source_sum:032x}"
+
+    @property
+    def target_checksum(self) -> str:
+        return f"{self._target_sum:032x}"
+
+    def ok(self, merge: bool) -> bool:
+        return (
+            self.missing == 0
+            and self.different == 0
+            and self.source_keys == self.target_keys
+            and self._source_sum == self._target_sum
+            and (merge or self.extra == 0)
+        )
+
+    def as_dict(self, merge: bool) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "source_keys": self.source_keys,
+            "target_keys": self.target_keys,
+            "missing": self.missing,
+            "different": self.different,
+            "extra": self.extra,
+            "source_checksum": self.source_checksum,
+            "target_checksum": self.target_checksum,
+            "ok": self.ok(merge),
+        }
+
+
+def compare(
+    source: StorageProvider,
+    target: StorageProvider,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    on_key: Callback | None = None,
+) -> dict[str, NamespaceCheck]:
+    """Both stores side by side in key order: per namespace counts, checksums, differences.
+
+    ``target_keys`` and the target checksum cover the target's records of
+    the source's keys; target-only keys are counted as ``extra``.
+    """
+    checks: dict[str, NamespaceCheck] = {}
+
+    def check(key: str) -> NamespaceCheck:
+        group = namespaces.group_of(key)
+        found = checks.get(group)
+        if found is None:
+            found = checks[group] = NamespaceCheck(group)
+        return found
+
+    ours = {PROGRESS_KEY}
+    src = source.scan(batch_size=batch_size)
+    tgt = (item for item in target.scan(batch_size=batch_size) if item[0] not in ours)
+    s, t = next(src, None), next(tgt, None)
+    seen = 0
+    while s is not None or t is not None:
+        if t is None or (s is not None and s[0] < t[0]):
+            assert s is not None
+            entry = check(s[0])
+            entry.source_keys += 1
+            entry._source_sum = (entry._source_sum + record_hash(*s)) & _MASK
+            entry.missing += 1
+            s = next(src, None)
+            seen += 1
+        elif s is None or t[0] < s[0]:
+            check(t[0]).extra += 1
+            t = next(tgt, None)
+            continue
+        else:
+            entry = check(s[0])
+            entry.source_keys += 1
+            entry.target_keys += 1
+            entry._source_sum = (entry._source_sum + record_hash(*s)) & _MASK
+            entry._target_sum = (entry._target_sum + record_hash(*t)) & _MASK
+            if s[1] != t[1]:
+                entry.different += 1
+            s, t = next(src, None), next(tgt, None)
+            seen += 1
+        if on_key is not None and seen % 1000 == 0:
+            on_key(1000)
+    return dict(sorted(checks.items()))
+
+
+# -- the migration ---------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    """The target's progress record of an unfinished migration."""
+
+    source: str
+    merge: bool
+    started: str
+    last_key: str | None = None
+    copied: int = 0
+
+    def dump(self) -> str:
+        return dumps(
+            {
+                "source": self.source,
+                "merge": self.merge,
+                "started": self.started,
+                "updated": now_iso(),
+                "lastKey": self.last_key,
+                "copied": self.copied,
+            }
+        )
+
+    @classmethod
+    def load(cls, text: str) -> Progress:
+        try:
+            data = loads(text)
+            return cls(
+                str(data["source"]),
+                bool(data["merge"]),
+                str(data["started"]),
+                data.get("lastKey"),
+                int(data.get("copied", 0)),
+            )
+        except (ValueError, KeyError, TypeError):
+            raise InvalidDataError(
+                f"the target's {PROGRESS_KEY} record is not a migration progress record"
+            ) from None
+
+
+@dataclass
+class Plan:
+    """What a migration will do, decided before anything is written."""
+
+    source: str
+    target: str
+    source_keys: int
+    #: "missing", "empty", "resumable" or "non-empty".
+    target_state: str
+    merge: bool
+    resume: Progress | None = None
+    to_copy: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "target": self.target,
+            "source_keys": self.source_keys,
+            "target_state": self.target_state,
+            "merge": self.merge,
+            "resume_after": self.resume.last_key if self.resume else None,
+            "to_copy": self.to_copy,
+        }
+
+
+def describe_config(config: StorageConfig) -> str:
+    """Where a store that is not open (yet) is, in the form of ``describe()``."""
+    options = config.options
+    if config.backend == "sqlite":
+        return f"sqlite:{config.path}"
+    if config.backend == "s3":
+        return f"s3://{options.get('bucket')}/{options.get('prefix', '')}"
+    if config.backend == "postgres":
+        from triggerfish_cli.storage.postgres import DEFAULT_SCHEMA
+
+        return f"postgres:{options.get('dsn') or '(libpq environment)'} schema " + str(
+            options.get("schema", DEFAULT_SCHEMA)
+        )
+    return config.backend
+
+
+def plan(
+    source: StorageProvider,
+    target: StorageProvider | None,
+    *,
+    merge: bool,
+    target_config: StorageConfig | None = None,
+) -> Plan:
+    """Check every refusal, and count what is to be copied. Writes nothing."""
+    if target is not None:
+        where = target.describe()
+    else:
+        where = describe_config(target_config) if target_config else "(the target)"
+    if target is not None and same_store(source, target):
+        raise UsageError(f"--from and --to are the same store ({where})")
+    if source.get(PROGRESS_KEY) is not None:
+        raise RefusedError(
+            f"{source.describe()} holds an unfinished migration into it ({PROGRESS_KEY})",
+            hint="finish that migration first; its copy may be incomplete",
+        )
+    total = source.count()
+    if target is None:
+        return Plan(source.describe(), where, total, "missing", merge, to_copy=total)
+    recorded = target.get(PROGRESS_KEY)
+    if recorded is not None:
+        progress = Progress.load(recorded)
+        if progress.source != source.describe():
+            raise RefusedError(
+                f"{where} holds an unfinished migration from {progress.source}",
+                hint=f"rerun with --from for that store to finish it, or delete {PROGRESS_KEY} "
+                "from the target to start over",
+            )
+        remaining = sum(1 for _ in source.scan_keys(start_after=progress.last_key))
+        return Plan(
+            source.describe(),
+            where,
+            total,
+            "resumable",
+            merge or progress.merge,
+            resume=progress,
+            to_copy=remaining,
+        )
+    occupied = next(iter(target.scan_keys(batch_size=2)), None) is not None
+    if occupied and not merge:
+        raise RefusedError(
+            f"{where} is not empty",
+            hint="pass --merge to copy into it anyway (source values replace target values)",
+        )
+    return Plan(
+        source.describe(), where, total, "non-empty" if occupied else "empty", merge, to_copy=total
+    )
+
+
+@dataclass
+class Result:
+    plan: Plan
+    copied: int = 0
+    seconds: float = 0.0
+    checks: dict[str, NamespaceCheck] = field(default_factory=dict)
+    audit_key: str | None = None
+    memory_keys: bool = False
+
+    @property
+    def verified(self) -> bool:
+        return all(check.ok(self.plan.merge) for check in self.checks.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        merge = self.plan.merge
+        return {
+            **self.plan.as_dict(),
+            "dry_run": False,
+            "copied": self.copied,
+            "seconds": round(self.seconds, 3),
+            "verified": self.verified,
+            "namespaces": [check.as_dict(merge) for check in self.checks.values()],
+            "notes": self.notes(),
+        }
+
+    def notes(self) -> list[str]:
+        notes = []
+        if self.memory_keys:
+            notes.append(
+                "the memory search index is not copied (it is derived from the memory: keys): "
+                "rebuild it on the target with `triggerfish-admin memory reindex`"
+            )
+        return notes
+
+
+def copy(
+    source: StorageProvider,
+    target: StorageProvider,
+    the_plan: Plan,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    on_batch: Callback | None = None,
+) -> int:
+    """Stream the keys after the plan's resume point into the target, recording progress."""
+    progress = the_plan.resume or Progress(source.describe(), the_plan.merge, now_iso())
+    target.set(PROGRESS_KEY, progress.dump())
+    if source.get(PROGRESS_KEY) is not None:  # the source sees what we wrote: one store
+        target.delete(PROGRESS_KEY)
+        raise UsageError("--from and --to are the same store, reached by two names")
+    copied = 0
+    for batch in batched(
+        source.scan(start_after=progress.last_key, batch_size=batch_size), batch_size
+    ):
+        target.set_many(batch)
+        copied += len(batch)
+        progress.last_key = batch[-1][0]
+        progress.copied += len(batch)
+        target.set(PROGRESS_KEY, progress.dump())
+        if on_batch is not None:
+            on_batch(len(batch))
+    return copied
+
+
+def finish(source: StorageProvider, target: StorageProvider, result: Result) -> None:
+    """After a verified copy: drop the progress record, write the audit record."""
+    target.delete(PROGRESS_KEY)
+    counts = {
+        "copied": result.copied,
+        "source_keys": result.plan.source_keys,
+        "namespaces": len(result.checks),
+    }
+    result.audit_key = audit.record(
+        target,
+        "migrate",
+        target=target.describe(),
+        counts=counts,
+        details={
+            "source": source.describe(),
+            "merge": result.plan.merge,
+            "resumed": result.plan.resume is not None,
+        },
+    )
+
+
+def migrate(
+    source: StorageProvider,
+    target: StorageProvider,
+    the_plan: Plan,
+    *,
+    batch_size: int = DEFAULT_BATCH,
+    on_batch: Callback | None = None,
+    on_verify: Callback | None = None,
+) -> Result:
+    """Copy, verify, and finish when verified (see :func:`check_verified`)."""
+    started = time.perf_counter()
+    result = Result(the_plan)
+    result.copied = copy(source, target, the_plan, batch_size=batch_size, on_batch=on_batch)
+    result.checks = compare(source, target, batch_size=batch_size, on_key=on_verify)
+    result.seconds = time.perf_counter() - started
+    result.memory_keys = "memory:" in result.checks
+    if result.verified:
+        finish(source, target, result)
+    else:
+        # Resuming cannot fix this (the copy went past the differences): start over.
+        target.delete(PROGRESS_KEY)
+    return result
+
+
+def check_verified(result: Result) -> None:
+    """VerificationError (exit 5) naming the namespaces where the stores differ."""
+    if result.verified:
+        return
+    bad = [c.namespace or '""' for c in result.checks.values() if not c.ok(result.plan.merge)]
+    raise VerificationError(
+        f"the target differs from the source in {len(bad)} namespace(s): {', '.join(bad[:8])}",
+        hint="was the source written during the copy? stop the gateway and rerun with --merge",
+    )
