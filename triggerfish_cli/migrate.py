@@ -170,6 +170,11 @@ def open_target(config: StorageConfig, *, create: bool) -> StorageProvider | Non
 
 
 def same_store(source: StorageProvider, target: StorageProvider) -> bool:
+    """The obvious cases; :func:`copy` also catches one store reached by two names."""
+    if source is target:
+        return True
+    if source.backend == "memory":  # every memory store describes itself as memory:
+        return False
     if isinstance(source, SqliteStorage) and isinstance(target, SqliteStorage):
         try:
             return source.path.resolve().samefile(target.path.resolve())
@@ -467,7 +472,10 @@ def copy(
     on_batch: Callback | None = None,
 ) -> int:
     """Stream the keys after the plan's resume point into the target, recording progress."""
-    progress = the_plan.resume or Progress(source.describe(), the_plan.merge, now_iso())
+    if the_plan.resume is not None:
+        progress = replace(the_plan.resume)  # the plan keeps where this run started
+    else:
+        progress = Progress(source.describe(), the_plan.merge, now_iso())
     target.set(PROGRESS_KEY, progress.dump())
     if source.get(PROGRESS_KEY) is not None:  # the source sees what we wrote: one store
         target.delete(PROGRESS_KEY)

@@ -356,9 +356,10 @@ class PostgresStorage(BaseStorage):
                 )
             return
         columns = {
-            name: (kind, collation)
-            for name, kind, collation in conn.execute(
-                "SELECT a.attname, format_type(a.atttypid, a.atttypmod), c.collname "
+            name: (kind, collation, binary)
+            for name, kind, collation, binary in conn.execute(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod), c.collname, "
+                "c.collprovider = 'c' AND c.collcollate IN ('C', 'POSIX') "
                 "FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
                 "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
                 (oid,),
@@ -369,7 +370,7 @@ class PostgresStorage(BaseStorage):
                 f"{self.describe()}: table kv is not (key text, value text): "
                 "not a Triggerfish store"
             )
-        if columns["key"][1] not in ("C", "POSIX"):
+        if not columns["key"][2]:  # "C", "POSIX" or "ucs_basic": byte order
             raise InvalidDataError(
                 f'{self.describe()}: kv.key has collation {columns["key"][1]!r}, not "C": '
                 "prefixes and key order would be wrong",

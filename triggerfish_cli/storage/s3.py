@@ -193,6 +193,8 @@ def open_config(config: StorageConfig, create: bool) -> S3Storage:
 
 class S3Storage(BaseStorage):
     backend = "s3"
+    #: Objects listed beyond the ones asked for before ``delete_many`` falls back to HEADs.
+    list_budget = 1000
 
     def __init__(
         self,
@@ -523,7 +525,7 @@ class S3Storage(BaseStorage):
             return self._heads(wanted)
         wanted_set = frozenset(wanted)
         found = self._heads(wanted[:1])
-        budget = 4 * len(wanted) + 1000
+        budget = 4 * len(wanted) + self.list_budget
         for name, _size in self._listing(after=wanted[0]):
             if name > wanted[-1]:
                 break
