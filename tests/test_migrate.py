@@ -6,8 +6,10 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from triggerfish_cli import migrate
+from triggerfish_cli import checksums, migrate
 from triggerfish_cli.errors import InvalidDataError, RefusedError, UsageError
 from triggerfish_cli.storage.in_memory import MemoryStorage
 
@@ -68,16 +70,25 @@ def test_bad_locations(spec: str, error: type[Exception], message: str) -> None:
 
 
 def test_checksum_is_order_independent_and_sensitive_to_every_byte() -> None:
-    records = [(f"k{i}", f"v{i}") for i in range(50)]
+    records = [(f"k{i}".encode(), f"v{i}".encode()) for i in range(50)]
     shuffled = records[:]
     random.Random(1).shuffle(shuffled)
 
-    def total(items: list[tuple[str, str]]) -> int:
-        return sum(migrate.record_hash(k, v) for k, v in items) % (1 << 128)
+    def total(items: list[tuple[bytes, bytes]]) -> str:
+        sums = checksums.Sums()
+        for key, value in items:
+            sums.add(key, value)
+        return sums.hex
 
     assert total(records) == total(shuffled)
-    assert migrate.record_hash("ab", "c") != migrate.record_hash("a", "bc")
-    assert migrate.record_hash("k", "v") != migrate.record_hash("k", "w")
+    assert total([(b"ab", b"c")]) != total([(b"a", b"bc")])
+    assert total([(b"k", b"v")]) != total([(b"k", b"w")])
+    assert total([(b"a", b"1"), (b"b", b"2")]) != total([(b"a", b"2"), (b"b", b"1")])
+    sums = checksums.Sums()
+    sums.add(b"a", b"1")
+    sums.add(b"b", b"2")
+    sums.remove(b"b", b"2")
+    assert sums.same(checksums.Sums(1, int(total([(b"a", b"1")]), 16)))
 
 
 def test_compare_counts_missing_different_and_extra() -> None:
@@ -91,7 +102,7 @@ def test_compare_counts_missing_different_and_extra() -> None:
             migrate.PROGRESS_KEY: "{}",
         }
     )
-    checks = migrate.compare(source, target, batch_size=2)
+    checks = checksums.compare(source, target, ignore=[migrate.PROGRESS_KEY], batch_size=2)
     rows = {name: check.as_dict(merge=False) for name, check in checks.items()}
     assert rows["sessions:"]["different"] == 1 and rows["sessions:"]["source_keys"] == 2
     assert rows["sessions:"]["source_checksum"] != rows["sessions:"]["target_checksum"]
@@ -100,6 +111,21 @@ def test_compare_counts_missing_different_and_extra() -> None:
     assert checks["zzz:"].ok(merge=True)
     assert rows[""]["ok"] and rows[""]["source_checksum"] == rows[""]["target_checksum"]
     assert "tfadmin:" not in rows  # our own progress record is not compared
+    # verify: checksums first, then only the namespaces that differ are walked
+    fast = migrate.verify(source, target, merge=False)
+    assert {name: c.as_dict(False) for name, c in fast.items()} == rows
+
+
+def test_every_backend_computes_the_same_checksums(tmp_path: Path) -> None:
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    rows = {"sessions:1": "a", "é:日本": "ü", "plain": "", "main-session-id": "x", "x:y:z": "1"}
+    memory = MemoryStorage(rows)
+    sqlite = SqliteStorage(tmp_path / "s.db", create=True)
+    sqlite.set_many(rows.items())
+    expected = {k: (v.count, v.hex) for k, v in checksums.namespace_sums(memory).items()}
+    assert {k: (v.count, v.hex) for k, v in checksums.namespace_sums(sqlite).items()} == expected
+    assert set(expected) == {"sessions:", "é:", "", "main-session-id", "x:"}
 
 
 def test_plan_refusals() -> None:
@@ -126,3 +152,30 @@ def test_the_same_store_under_two_names_is_refused() -> None:
     with pytest.raises(UsageError, match="same store"):
         migrate.copy(source, target, the_plan)
     assert shared == {"a": "1"}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.dictionaries(
+        st.lists(
+            st.sampled_from(["sessions:", "main-session-id", "conv", ":", "x", "é", "-"]),
+            max_size=4,
+        ).map("".join),
+        st.text(max_size=3),
+        max_size=30,
+    )
+)
+def test_the_fast_accumulator_matches_the_definition(rows: dict[str, str]) -> None:
+    from triggerfish_cli import namespaces
+
+    expected: dict[str, checksums.Sums] = {}
+    for key, value in rows.items():
+        expected.setdefault(namespaces.group_of(key), checksums.Sums()).add(
+            key.encode(), value.encode()
+        )
+    accumulator = checksums.Accumulator()
+    accumulator.add(sorted(rows.items()))
+    got = accumulator.sums
+    assert {g: (s.count, s.hex) for g, s in got.items()} == {
+        g: (s.count, s.hex) for g, s in expected.items()
+    }

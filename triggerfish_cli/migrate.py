@@ -42,16 +42,26 @@ Beyond kv
 
 from __future__ import annotations
 
-import hashlib
+import queue
 import sqlite3
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
 from triggerfish_cli import audit, namespaces
+from triggerfish_cli.checksums import (
+    Accumulator,
+    NamespaceCheck,
+    RangeSums,
+    Sums,
+    compare,
+    drill_down,
+    namespace_sums,
+)
 from triggerfish_cli.errors import (
     BackendUnavailableError,
     InvalidDataError,
@@ -66,7 +76,6 @@ from triggerfish_cli.storage.sqlite import SqliteStorage
 
 PROGRESS_KEY = "tfadmin:migrate"
 DEFAULT_BATCH = 5000
-_MASK = (1 << 128) - 1
 
 Callback = Callable[[int], None]
 
@@ -132,8 +141,13 @@ class _ReadOnlySqlite(SqliteStorage):
             raise BackendUnavailableError(f"{path}: no store there")
         uri = f"file:{quote(str(path.absolute()))}?mode=ro"
         try:
+            # One thread at a time reads it, but not always the one that opened it.
             self._conn = sqlite3.connect(
-                uri, uri=True, timeout=busy_timeout_ms / 1000, isolation_level=None
+                uri,
+                uri=True,
+                timeout=busy_timeout_ms / 1000,
+                isolation_level=None,
+                check_same_thread=False,
             )
         except sqlite3.Error as exc:
             raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
@@ -181,116 +195,6 @@ def same_store(source: StorageProvider, target: StorageProvider) -> bool:
         except OSError:
             return False
     return source.describe() == target.describe()
-
-
-# -- verification ------------------------------------------------------------------------
-
-
-def record_hash(key: str, value: str) -> int:
-    """BLAKE2b-128 of ``len(key) (4 bytes) + key + value`` (UTF-8), as an integer."""
-    key_bytes = key.encode("utf-8")
-    digest = hashlib.blake2b(
-        len(key_bytes).to_bytes(4, "big") + key_bytes + value.encode("utf-8"), digest_size=16
-    ).digest()
-    return int.from_bytes(digest, "big")
-
-
-@dataclass
-class NamespaceCheck:
-    namespace: str
-    source_keys: int = 0
-    target_keys: int = 0
-    #: Source keys absent from the target, and keys whose values differ.
-    missing: int = 0
-    different: int = 0
-    #: Target keys that are not in the source (allowed with --merge).
-    extra: int = 0
-    _source_sum: int = 0
-    _target_sum: int = 0
-
-    @property
-    def source_checksum(self) -> str:
-        return f"{self._source_sum:032x}"
-
-    @property
-    def target_checksum(self) -> str:
-        return f"{self._target_sum:032x}"
-
-    def ok(self, merge: bool) -> bool:
-        return (
-            self.missing == 0
-            and self.different == 0
-            and self.source_keys == self.target_keys
-            and self._source_sum == self._target_sum
-            and (merge or self.extra == 0)
-        )
-
-    def as_dict(self, merge: bool) -> dict[str, Any]:
-        return {
-            "namespace": self.namespace,
-            "source_keys": self.source_keys,
-            "target_keys": self.target_keys,
-            "missing": self.missing,
-            "different": self.different,
-            "extra": self.extra,
-            "source_checksum": self.source_checksum,
-            "target_checksum": self.target_checksum,
-            "ok": self.ok(merge),
-        }
-
-
-def compare(
-    source: StorageProvider,
-    target: StorageProvider,
-    *,
-    batch_size: int = DEFAULT_BATCH,
-    on_key: Callback | None = None,
-) -> dict[str, NamespaceCheck]:
-    """Both stores side by side in key order: per namespace counts, checksums, differences.
-
-    ``target_keys`` and the target checksum cover the target's records of
-    the source's keys; target-only keys are counted as ``extra``.
-    """
-    checks: dict[str, NamespaceCheck] = {}
-
-    def check(key: str) -> NamespaceCheck:
-        group = namespaces.group_of(key)
-        found = checks.get(group)
-        if found is None:
-            found = checks[group] = NamespaceCheck(group)
-        return found
-
-    ours = {PROGRESS_KEY}
-    src = source.scan(batch_size=batch_size)
-    tgt = (item for item in target.scan(batch_size=batch_size) if item[0] not in ours)
-    s, t = next(src, None), next(tgt, None)
-    seen = 0
-    while s is not None or t is not None:
-        if t is None or (s is not None and s[0] < t[0]):
-            assert s is not None
-            entry = check(s[0])
-            entry.source_keys += 1
-            entry._source_sum = (entry._source_sum + record_hash(*s)) & _MASK
-            entry.missing += 1
-            s = next(src, None)
-            seen += 1
-        elif s is None or t[0] < s[0]:
-            check(t[0]).extra += 1
-            t = next(tgt, None)
-            continue
-        else:
-            entry = check(s[0])
-            entry.source_keys += 1
-            entry.target_keys += 1
-            entry._source_sum = (entry._source_sum + record_hash(*s)) & _MASK
-            entry._target_sum = (entry._target_sum + record_hash(*t)) & _MASK
-            if s[1] != t[1]:
-                entry.different += 1
-            s, t = next(src, None), next(tgt, None)
-            seen += 1
-        if on_key is not None and seen % 1000 == 0:
-            on_key(1000)
-    return dict(sorted(checks.items()))
 
 
 # -- the migration ---------------------------------------------------------------------
@@ -433,6 +337,7 @@ class Result:
     plan: Plan
     copied: int = 0
     seconds: float = 0.0
+    copy_seconds: float = 0.0
     checks: dict[str, NamespaceCheck] = field(default_factory=dict)
     audit_key: str | None = None
     memory_keys: bool = False
@@ -448,6 +353,7 @@ class Result:
             "dry_run": False,
             "copied": self.copied,
             "seconds": round(self.seconds, 3),
+            "copy_seconds": round(self.copy_seconds, 3),
             "verified": self.verified,
             "namespaces": [check.as_dict(merge) for check in self.checks.values()],
             "notes": self.notes(),
@@ -470,8 +376,15 @@ def copy(
     *,
     batch_size: int = DEFAULT_BATCH,
     on_batch: Callback | None = None,
+    sums: Accumulator | None = None,
+    passed: Callable[[str], None] | None = None,
 ) -> int:
-    """Stream the keys after the plan's resume point into the target, recording progress."""
+    """Stream the keys after the plan's resume point into the target, recording progress.
+
+    The source is read (and, with ``sums``, checksummed) on a thread while the
+    target writes the batch before. ``passed`` hears the last key written
+    after each batch.
+    """
     if the_plan.resume is not None:
         progress = replace(the_plan.resume)  # the plan keeps where this run started
     else:
@@ -481,17 +394,157 @@ def copy(
         target.delete(PROGRESS_KEY)
         raise UsageError("--from and --to are the same store, reached by two names")
     copied = 0
-    for batch in batched(
-        source.scan(start_after=progress.last_key, batch_size=batch_size), batch_size
-    ):
+    rows = source.scan(start_after=progress.last_key, batch_size=batch_size)
+    for batch in prefetched(_summed(batched(rows, batch_size), sums)):
         target.set_many(batch)
         copied += len(batch)
         progress.last_key = batch[-1][0]
         progress.copied += len(batch)
         target.set(PROGRESS_KEY, progress.dump())
+        if passed is not None:
+            passed(progress.last_key)
         if on_batch is not None:
             on_batch(len(batch))
     return copied
+
+
+def _summed(
+    batches: Iterator[list[tuple[str, str]]], sums: Accumulator | None
+) -> Iterator[list[tuple[str, str]]]:
+    for batch in batches:
+        if sums is not None:
+            sums.add(batch)
+        yield batch
+
+
+def data_version(source: StorageProvider) -> int | None:
+    """SQLite's count of commits by other connections (None: no such thing here)."""
+    if isinstance(source, SqliteStorage):
+        with source.errors("data_version"):
+            row = source.connection.execute("PRAGMA data_version").fetchone()
+        return int(row[0])
+    return None
+
+
+# -- verification -------------------------------------------------------------------------
+
+
+def verify(
+    source: StorageProvider,
+    target: StorageProvider,
+    *,
+    merge: bool,
+    source_sums: dict[str, Sums] | None = None,
+    target_sums: dict[str, Sums] | None = None,
+    batch_size: int = DEFAULT_BATCH,
+    on_key: Callback | None = None,
+) -> dict[str, NamespaceCheck]:
+    """Compare the stores per namespace (see :mod:`triggerfish_cli.checksums`).
+
+    Without ``--merge`` both sides get counts and checksums on their own and
+    at the same time: the target's computed by the server (Postgres) or by
+    reading it; the source's likewise, or ``source_sums`` taken while it was
+    copied. Only a namespace that differs is then walked side by side to
+    count the missing, different and extra keys. With ``--merge`` the target
+    holds keys of its own, so every namespace is walked side by side.
+    """
+    if merge:
+        return compare(source, target, ignore=[PROGRESS_KEY], batch_size=batch_size, on_key=on_key)
+    worker = None
+    if source_sums is None:
+        worker = Worker(lambda: namespace_sums(source, on_key=on_key))
+    if target_sums is None:
+        target_sums = namespace_sums(target)
+    if worker is not None:
+        source_sums = worker.result()
+    assert source_sums is not None
+    recorded = target.get(PROGRESS_KEY)
+    ours = namespaces.group_of(PROGRESS_KEY)
+    if recorded is not None and ours in target_sums:  # our record is not compared
+        target_sums[ours].remove(PROGRESS_KEY.encode(), recorded.encode())
+        if target_sums[ours].count == 0:
+            del target_sums[ours]
+    checks: dict[str, NamespaceCheck] = {}
+    for group in sorted(set(source_sums) | set(target_sums)):
+        theirs, mine = source_sums.get(group), target_sums.get(group)
+        if theirs is not None and mine is not None and theirs.same(mine):
+            checks[group] = NamespaceCheck(group, theirs, mine)
+        else:
+            checks[group] = drill_down(
+                source, target, group, ignore=[PROGRESS_KEY], batch_size=batch_size
+            )
+    return checks
+
+
+class Worker:
+    """Run a function on a thread; ``result()`` waits and re-raises its error."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self._result: Any = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
+        self._thread.start()
+
+    def _run(self, fn: Callable[[], Any]) -> None:
+        try:
+            self._result = fn()
+        except BaseException as exc:  # handed to the caller
+            self._error = exc
+
+    def result(self) -> Any:
+        while self._thread.is_alive():
+            self._thread.join(0.2)  # short waits keep Ctrl-C working
+        if self._error is not None:
+            raise self._error
+        return self._result
+
+
+_DONE = object()
+
+
+def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+    """``items`` produced on a thread, up to ``depth`` ahead of the consumer.
+
+    The source is read while the target writes the previous batch. When the
+    consumer stops (an error, Ctrl-C), the producer stops after its current item.
+    """
+    pipe: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+
+    def offer(item: Any) -> bool:
+        while not stop.is_set():
+            try:
+                pipe.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for item in items:
+                if not offer(item):
+                    return
+            offer(_DONE)
+        except BaseException as exc:  # handed to the consumer
+            offer(exc)
+
+    thread = threading.Thread(target=produce, daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:
+                item = pipe.get(timeout=0.2)
+            except queue.Empty:
+                continue
+            if item is _DONE:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 def finish(source: StorageProvider, target: StorageProvider, result: Result) -> None:
@@ -524,11 +577,45 @@ def migrate(
     on_batch: Callback | None = None,
     on_verify: Callback | None = None,
 ) -> Result:
-    """Copy, verify, and finish when verified (see :func:`check_verified`)."""
+    """Copy, verify, and finish when verified (see :func:`check_verified`).
+
+    The source's checksums are taken while copying when nothing can have
+    changed it unseen: a fresh (not resumed) run from a SQLite source whose
+    ``data_version`` shows no commit by anyone else meanwhile. Otherwise
+    the source is read again afterwards.
+    """
     started = time.perf_counter()
     result = Result(the_plan)
-    result.copied = copy(source, target, the_plan, batch_size=batch_size, on_batch=on_batch)
-    result.checks = compare(source, target, batch_size=batch_size, on_key=on_verify)
+    version = data_version(source)
+    fresh = the_plan.resume is None and not the_plan.merge
+    streamed = Accumulator() if version is not None and fresh else None
+    # A Postgres target checksums the ranges the copy has passed, meanwhile.
+    ranges = RangeSums(target, PROGRESS_KEY) if fresh and hasattr(target, "reopen") else None
+    try:
+        result.copied = copy(
+            source,
+            target,
+            the_plan,
+            batch_size=batch_size,
+            on_batch=on_batch,
+            sums=streamed,
+            passed=ranges.passed if ranges is not None else None,
+        )
+        result.copy_seconds = time.perf_counter() - started
+        target_sums = ranges.result() if ranges is not None else None
+    finally:
+        if ranges is not None:
+            ranges.close()
+    if streamed is not None and data_version(source) != version:
+        streamed = None  # written during the copy: read it again
+    result.checks = verify(
+        source,
+        target,
+        merge=the_plan.merge,
+        source_sums=streamed.sums if streamed is not None else None,
+        target_sums=target_sums,
+        on_key=on_verify,
+    )
     result.seconds = time.perf_counter() - started
     result.memory_keys = "memory:" in result.checks
     if result.verified:

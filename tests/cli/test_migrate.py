@@ -148,7 +148,8 @@ def test_json_shape(cli: CliFn, spot: Callable[[str], Spot]) -> None:
     report = result.json()
     assert set(report) == {
         "source", "target", "source_keys", "target_state", "merge", "resume_after",
-        "to_copy", "dry_run", "copied", "seconds", "verified", "namespaces", "notes",
+        "to_copy", "dry_run", "copied", "seconds", "copy_seconds", "verified", "namespaces",
+        "notes",
     }  # fmt: skip
     assert report["target_state"] == "empty" and report["notes"] == []  # created empty
     assert report["namespaces"][0] == {
@@ -363,27 +364,61 @@ def test_source_connection_dropped_mid_migrate(
 def test_a_source_changed_during_the_copy_fails_verification(
     cli: CliFn, spot: Callable[[str], Spot], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli import migrate
-
-    source = seeded(spot("sqlite"), {"sessions:1": "a", "sessions:2": "b"})
+    """The gateway rewrites a copied key and adds one behind the copy: SQLite's
+    data_version shows it, the source is read again, and the difference is found."""
+    source = seeded(spot("sqlite"), {"sessions:1": "a", "sessions:2": "b", "sessions:3": "c"})
     target = spot("sqlite")
-    real = migrate.compare
+    real = SqliteStorage.set_many
+    calls = []
 
-    def gateway_writes_meanwhile(src: Any, dst: Any, **kwargs: Any) -> Any:
-        seeded(source, {"sessions:2": "changed", "sessions:3": "new"})
-        return real(src, dst, **kwargs)
+    def gateway_writes_meanwhile(self: Any, items: Any) -> int:
+        written = real(self, items)
+        calls.append(1)
+        if len(calls) == 1:
+            seeded(source, {"sessions:1": "changed", "sessions:0": "new"})
+        return written
 
-    monkeypatch.setattr(migrate, "compare", gateway_writes_meanwhile)
-    failed = run(cli, source, target)
+    monkeypatch.setattr(SqliteStorage, "set_many", gateway_writes_meanwhile)
+    failed = run(cli, source, target, "--batch-size", "1")
     assert failed.exit_code == 5 and "sessions:" in failed.stderr and "--merge" in failed.stderr
     [row] = failed.json()["namespaces"]
     assert (row["different"], row["missing"], row["ok"]) == (1, 1, False)
     assert failed.json()["verified"] is False
     assert PROGRESS_KEY not in target.contents() and audits(target.contents()) == []
-    monkeypatch.setattr(migrate, "compare", real)
+    monkeypatch.setattr(SqliteStorage, "set_many", real)
     fixed = run(cli, source, target, "--merge", "--yes")
     assert fixed.exit_code == 0 and fixed.json()["verified"], fixed.stderr
     assert without_audit(target.contents()) == source.contents()
+
+
+def test_a_damaged_target_fails_verification(
+    cli: CliFn, spot: Callable[[str], Spot], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write the target lost (or garbled) is caught by the checksums."""
+    from triggerfish_cli.storage.postgres import PostgresStorage
+
+    rows = numbered(30)
+    source, target = seeded(spot("sqlite"), rows), spot("postgres")
+    real = PostgresStorage.set_many
+
+    def lossy(self: Any, items: Any) -> int:
+        items = list(items)
+        written = real(self, items)
+        if any(key == "conv:s:0012" for key, _ in items):
+            self.delete("conv:s:0012")
+            self.set("conv:s:0013", "garbled")
+        return written
+
+    monkeypatch.setattr(PostgresStorage, "set_many", lossy)
+    failed = run(cli, source, target, "--batch-size", "10")
+    assert failed.exit_code == 5
+    [row] = [r for r in failed.json()["namespaces"] if r["namespace"] == "conv:"]
+    assert (row["missing"], row["different"], row["source_keys"], row["target_keys"]) == (
+        1,
+        1,
+        30,
+        29,
+    )
 
 
 def test_a_target_holding_another_migration_is_refused(

@@ -278,3 +278,26 @@ def test_silent_server_times_out_with_exit_7(tmp_path: Path) -> None:
     assert run.returncode == 7, run.stderr
     assert f"127.0.0.1:{port}" in run.stderr and "timeout" in run.stderr.lower()
     assert "Traceback" not in run.stderr
+
+
+def test_server_side_checksums_equal_the_python_ones(store: PostgresStorage) -> None:
+    from triggerfish_cli.checksums import namespace_sums
+    from triggerfish_cli.storage.in_memory import MemoryStorage
+
+    rows = {
+        "sessions:1": "a",
+        "sessions:2": '{"x":"日本"}',
+        "é:日本": "ü",
+        "plain": "",
+        "": "empty key",
+        "main-session-id": "x",
+        "main-session-idx:1": "y",
+        "x:y:z": "1" * 5000,
+        "zz": "tail",
+        "\U0010ffff": "last",
+    }
+    store.set_many(rows.items())
+    native = {k: (v.count, v.hex) for k, v in namespace_sums(store).items()}
+    python = {k: (v.count, v.hex) for k, v in namespace_sums(MemoryStorage(rows)).items()}
+    assert native == python
+    assert native["sessions:"][0] == 2 and native[""][0] == 4

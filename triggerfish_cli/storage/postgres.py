@@ -205,6 +205,7 @@ class PostgresStorage(BaseStorage):
     ) -> None:
         check_dsn(dsn, "postgres")
         self.schema = check_schema(schema, "schema")
+        self._dsn, self._connect_timeout = dsn, connect_timeout
         self.read_only = read_only
         self._conn: psycopg.Connection[Any] | None = None
         self._stage_ready = False
@@ -617,14 +618,7 @@ class PostgresStorage(BaseStorage):
         groups: dict[str, PrefixStats] = {}
         with self._errors("stats"):
             for low, high in uncovered_ranges(known):
-                conditions, params = [], []
-                if low is not None:
-                    conditions.append("key >= %s")
-                    params.append(low)
-                if high is not None:
-                    conditions.append("key < %s")
-                    params.append(high)
-                where = " AND ".join(conditions) or "TRUE"
+                where, params = _between(low, high)
                 rows = self.connection.execute(
                     "SELECT CASE WHEN strpos(key, %s) > 0 "
                     "THEN left(key, strpos(key, %s) + length(%s) - 1) ELSE '' END AS grp, "
@@ -639,6 +633,53 @@ class PostgresStorage(BaseStorage):
         return groups
 
     # -- for migrate and tests ------------------------------------------------------
+
+    def record_checksums(
+        self, ranges: Sequence[tuple[str | None, str | None, str | None]]
+    ) -> dict[str, tuple[int, int]]:
+        """``(count, checksum)`` per namespace over key ranges, computed by the server.
+
+        Each range is ``(low, high, group)``: the keys ``low <= key < high``
+        (None: unbounded), all counted under ``group``, or with ``group``
+        None grouped by first segment (as :meth:`other_stats` does). The
+        algorithm is that of :mod:`triggerfish_cli.checksums`: per record the
+        first 64 bits of ``md5(octet_length(key) || ':' || key || value)``,
+        summed as numeric (the caller reduces it modulo 2**64).
+        """
+        part = "('x' || left(md5(octet_length(key)::text || ':' || key || value), 16))"
+        sums = f"count(*), coalesce(sum({part}::bit(64)::bigint), 0)"
+        segment = "CASE WHEN strpos(key, ':') > 0 THEN left(key, strpos(key, ':')) ELSE '' END"
+        conn = self.connection
+        found: dict[str, tuple[int, int]] = {}
+        with self._errors("checksum"):
+            cursors = []
+            with conn.pipeline():
+                for low, high, group in ranges:
+                    where, params = _between(low, high)
+                    if group is not None:
+                        statement = f"SELECT %s, {sums} FROM {self.kv} WHERE {where}"
+                        params = [group, *params]
+                    else:
+                        statement = (
+                            f"SELECT {segment} AS grp, {sums} FROM {self.kv} "
+                            f"WHERE {where} GROUP BY grp"
+                        )
+                    cursors.append(conn.execute(statement, params))
+            for cursor in cursors:
+                for group, count, checksum in cursor.fetchall():
+                    if count:
+                        before = found.get(group, (0, 0))
+                        found[group] = (before[0] + int(count), before[1] + int(checksum))
+        return found
+
+    def reopen(self, *, read_only: bool = True) -> PostgresStorage:
+        """Another connection to the same store (for work on a second thread)."""
+        return PostgresStorage(
+            self._dsn,
+            schema=self.schema,
+            read_only=read_only,
+            connect_timeout=self._connect_timeout,
+        )
 
     def backend_pid(self) -> int:
         """The server process of this connection (fault tests terminate it)."""
@@ -671,4 +712,16 @@ def _range(prefix: str | None, start_after: str | None = None) -> tuple[str, lis
     elif start_after is not None:
         conditions.append("key > %s")
         params.append(start_after)
+    return (" AND ".join(conditions) or "TRUE"), params
+
+
+def _between(low: str | None, high: str | None) -> tuple[str, list[str]]:
+    """SQL condition and parameters: ``low <= key < high`` (None: unbounded)."""
+    conditions, params = [], []
+    if low is not None:
+        conditions.append("key >= %s")
+        params.append(low)
+    if high is not None:
+        conditions.append("key < %s")
+        params.append(high)
     return (" AND ".join(conditions) or "TRUE"), params
