@@ -9,15 +9,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triggerfish_cli import checksums, migrate
+from triggerfish_cli import checksums, locations, migrate
 from triggerfish_cli.errors import InvalidDataError, RefusedError, UsageError
 from triggerfish_cli.storage.in_memory import MemoryStorage
 
 
 def test_locations(tmp_path: Path) -> None:
-    sqlite = migrate.parse_location(str(tmp_path / "a.db"), "from")
+    sqlite = locations.parse_location(str(tmp_path / "a.db"), "from")
     assert (sqlite.backend, sqlite.path) == ("sqlite", tmp_path / "a.db")
-    pg = migrate.parse_location(
+    pg = locations.parse_location(
         "postgresql://tf@db.internal:5433/prod?schema=tf2&sslmode=require", "to"
     )
     assert pg.backend == "postgres"
@@ -25,9 +25,9 @@ def test_locations(tmp_path: Path) -> None:
         "dsn": "postgresql://tf@db.internal:5433/prod?sslmode=require",
         "schema": "tf2",
     }
-    s3 = migrate.parse_location("s3://acme-tf/prod/eu", "to")
+    s3 = locations.parse_location("s3://acme-tf/prod/eu", "to")
     assert (s3.backend, s3.options) == ("s3", {"bucket": "acme-tf", "prefix": "prod/eu/"})
-    assert migrate.parse_location("s3://acme-tf", "to").options["prefix"] == ""
+    assert locations.parse_location("s3://acme-tf", "to").options["prefix"] == ""
 
 
 def test_yaml_locations(tmp_path: Path, base_dir: Path) -> None:
@@ -36,20 +36,22 @@ def test_yaml_locations(tmp_path: Path, base_dir: Path) -> None:
         "models: {primary: x}\nstorage:\n  backend: s3\n  bucket: tf\n"
         "  endpoint_url: http://127.0.0.1:9000\n"
     )
-    config = migrate.parse_location(str(yaml), "to")
+    config = locations.parse_location(str(yaml), "to")
     assert config.backend == "s3" and config.options["endpoint_url"] == "http://127.0.0.1:9000"
     local = tmp_path / "local.yml"
     local.write_text("storage:\n  backend: sqlite\n  path: stores/x.db\n")
-    assert migrate.parse_location(str(local), "from").path == tmp_path / "stores" / "x.db"
+    assert locations.parse_location(str(local), "from").path == tmp_path / "stores" / "x.db"
     default = tmp_path / "default.yaml"
     default.write_text("storage:\n  backend: sqlite\n")
-    assert migrate.parse_location(str(default), "from").path == base_dir / "data" / "triggerfish.db"
+    assert (
+        locations.parse_location(str(default), "from").path == base_dir / "data" / "triggerfish.db"
+    )
     (tmp_path / "none.yaml").write_text("models: {}\n")
     with pytest.raises(InvalidDataError, match="no storage: section"):
-        migrate.parse_location(str(tmp_path / "none.yaml"), "from")
+        locations.parse_location(str(tmp_path / "none.yaml"), "from")
     (tmp_path / "mem.yaml").write_text("storage:\n  backend: memory\n")
     with pytest.raises(UsageError, match="memory"):
-        migrate.parse_location(str(tmp_path / "mem.yaml"), "to")
+        locations.parse_location(str(tmp_path / "mem.yaml"), "to")
 
 
 @pytest.mark.parametrize(
@@ -65,7 +67,7 @@ def test_yaml_locations(tmp_path: Path, base_dir: Path) -> None:
 )
 def test_bad_locations(spec: str, error: type[Exception], message: str) -> None:
     with pytest.raises(error, match=message) as caught:
-        migrate.parse_location(spec, "to")
+        locations.parse_location(spec, "to")
     assert "hunter2" not in str(caught.value)
 
 

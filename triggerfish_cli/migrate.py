@@ -42,15 +42,10 @@ Beyond kv
 
 from __future__ import annotations
 
-import queue
-import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from triggerfish_cli import audit, namespaces
 from triggerfish_cli.checksums import (
@@ -63,138 +58,22 @@ from triggerfish_cli.checksums import (
     namespace_sums,
 )
 from triggerfish_cli.errors import (
-    BackendUnavailableError,
     InvalidDataError,
     RefusedError,
     UsageError,
     VerificationError,
 )
+from triggerfish_cli.locations import same_store
 from triggerfish_cli.serialization import dumps, loads, now_iso
-from triggerfish_cli.settings import StorageConfig, load_settings, parse_storage_section
+from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import StorageProvider, batched
 from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.threads import Worker, prefetched
 
 PROGRESS_KEY = "tfadmin:migrate"
 DEFAULT_BATCH = 5000
 
 Callback = Callable[[int], None]
-
-
-# -- where stores are ----------------------------------------------------------------
-
-
-def parse_location(spec: str, role: str) -> StorageConfig:
-    """``--from``/``--to``: a SQLite path, a postgresql:// DSN, s3://bucket/prefix, or a YAML."""
-    if not spec.strip():
-        raise UsageError(f"--{role}: empty")
-    lowered = spec.lower()
-    if lowered.startswith(("postgresql://", "postgres://")):
-        from triggerfish_cli.storage import postgres
-
-        postgres.check_dsn(spec, f"--{role}")
-        dsn, schema = postgres.split_url(spec)
-        options: dict[str, Any] = {"dsn": dsn}
-        if schema is not None:
-            options["schema"] = postgres.check_schema(schema, f"--{role} schema")
-        return StorageConfig("postgres", options=options, source=f"--{role}")
-    if lowered.startswith("s3://"):
-        from triggerfish_cli.storage import s3
-
-        return StorageConfig("s3", options=s3.parse_url(spec), source=f"--{role}")
-    if "://" in spec:
-        raise UsageError(
-            f"--{role}: unknown kind of store {spec.split('://')[0]!r}://",
-            hint="give a SQLite path, postgresql://..., s3://bucket/prefix or a YAML file",
-        )
-    path = Path(spec).expanduser()
-    if path.suffix.lower() in (".yaml", ".yml"):
-        return _from_yaml(path, role)
-    return StorageConfig("sqlite", path=path, source=f"--{role}")
-
-
-def _from_yaml(path: Path, role: str) -> StorageConfig:
-    settings = load_settings(path, explicit=True)
-    section = settings.storage_section()
-    if section is None:
-        raise InvalidDataError(f"{path}: no storage: section to {role} migrate")
-    backend, options = parse_storage_section(section, path)
-    if backend == "memory":
-        raise UsageError(f"{path}: a memory store lives for one command; nothing to migrate")
-    store_path = options.pop("path", None)
-    if backend == "sqlite" and store_path is None:
-        from triggerfish_cli.paths import default_db_path
-
-        store_path = default_db_path()
-    return StorageConfig(backend, path=store_path, options=options, source=f"--{role}")
-
-
-class _ReadOnlySqlite(SqliteStorage):
-    """A SQLite store opened with ``mode=ro``: nothing in the file can change."""
-
-    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
-        # Absolute, so that a resumed run from another directory is the same source.
-        path = path.expanduser().absolute()
-        self.path = path
-        self.busy_timeout_ms = busy_timeout_ms
-        self._conn = None
-        if not path.is_file():
-            raise BackendUnavailableError(f"{path}: no store there")
-        uri = f"file:{quote(str(path.absolute()))}?mode=ro"
-        try:
-            # One thread at a time reads it, but not always the one that opened it.
-            self._conn = sqlite3.connect(
-                uri,
-                uri=True,
-                timeout=busy_timeout_ms / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
-        if "kv" not in self.tables():
-            self.close()
-            raise InvalidDataError(f"{path}: no kv table: not a Triggerfish store")
-
-
-def open_source(config: StorageConfig) -> StorageProvider:
-    """The source, read-only."""
-    if config.backend == "sqlite":
-        assert config.path is not None
-        return _ReadOnlySqlite(config.path, int(config.options.get("busy_timeout_ms", 5000)))
-    from triggerfish_cli.storage.factory import open_provider
-
-    return open_provider(replace(config, options={**config.options, "read_only": True}))
-
-
-def open_target(config: StorageConfig, *, create: bool) -> StorageProvider | None:
-    """The target; created when ``create``, else None when it does not exist yet."""
-    from triggerfish_cli.storage.factory import open_provider
-
-    if not create:
-        if config.backend == "sqlite" and config.path is not None and not config.path.exists():
-            return None
-        if config.backend == "postgres":
-            from triggerfish_cli.storage.postgres import NoStoreError
-
-            try:
-                return open_provider(config, create=False)
-            except NoStoreError:
-                return None
-    return open_provider(config, create=create)
-
-
-def same_store(source: StorageProvider, target: StorageProvider) -> bool:
-    """The obvious cases; :func:`copy` also catches one store reached by two names."""
-    if source is target:
-        return True
-    if source.backend == "memory":  # every memory store describes itself as memory:
-        return False
-    if isinstance(source, SqliteStorage) and isinstance(target, SqliteStorage):
-        try:
-            return source.path.resolve().samefile(target.path.resolve())
-        except OSError:
-            return False
-    return source.describe() == target.describe()
 
 
 # -- the migration ---------------------------------------------------------------------
@@ -264,22 +143,6 @@ class Plan:
         }
 
 
-def describe_config(config: StorageConfig) -> str:
-    """Where a store that is not open (yet) is, in the form of ``describe()``."""
-    options = config.options
-    if config.backend == "sqlite":
-        return f"sqlite:{config.path}"
-    if config.backend == "s3":
-        return f"s3://{options.get('bucket')}/{options.get('prefix', '')}"
-    if config.backend == "postgres":
-        from triggerfish_cli.storage.postgres import DEFAULT_SCHEMA
-
-        return f"postgres:{options.get('dsn') or '(libpq environment)'} schema " + str(
-            options.get("schema", DEFAULT_SCHEMA)
-        )
-    return config.backend
-
-
 def plan(
     source: StorageProvider,
     target: StorageProvider | None,
@@ -291,6 +154,8 @@ def plan(
     if target is not None:
         where = target.describe()
     else:
+        from triggerfish_cli.locations import describe_config
+
         where = describe_config(target_config) if target_config else "(the target)"
     if target is not None and same_store(source, target):
         raise UsageError(f"--from and --to are the same store ({where})")
@@ -476,77 +341,6 @@ def verify(
     return checks
 
 
-class Worker:
-    """Run a function on a thread; ``result()`` waits and re-raises its error."""
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self._result: Any = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn: Callable[[], Any]) -> None:
-        try:
-            self._result = fn()
-        except BaseException as exc:  # handed to the caller
-            self._error = exc
-
-    def result(self) -> Any:
-        while self._thread.is_alive():
-            self._thread.join(0.2)  # short waits keep Ctrl-C working
-        if self._error is not None:
-            raise self._error
-        return self._result
-
-
-_DONE = object()
-
-
-def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
-    """``items`` produced on a thread, up to ``depth`` ahead of the consumer.
-
-    The source is read while the target writes the previous batch. When the
-    consumer stops (an error, Ctrl-C), the producer stops after its current item.
-    """
-    pipe: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-
-    def offer(item: Any) -> bool:
-        while not stop.is_set():
-            try:
-                pipe.put(item, timeout=0.2)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for item in items:
-                if not offer(item):
-                    return
-            offer(_DONE)
-        except BaseException as exc:  # handed to the consumer
-            offer(exc)
-
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
-    try:
-        while True:
-            try:
-                item = pipe.get(timeout=0.2)
-            except queue.Empty:
-                continue
-            if item is _DONE:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
 def finish(source: StorageProvider, target: StorageProvider, result: Result) -> None:
     """After a verified copy: drop the progress record, write the audit record."""
     target.delete(PROGRESS_KEY)
@@ -568,6 +362,89 @@ def finish(source: StorageProvider, target: StorageProvider, result: Result) -> 
     )
 
 
+class Migration:
+    """One run, in three steps: :meth:`copy`, :meth:`verify`, :meth:`finish`.
+
+    The source's checksums are taken while copying when nothing can have
+    changed it unseen: a fresh (not resumed) run from a SQLite source whose
+    ``data_version`` shows no commit by anyone else meanwhile. Otherwise
+    the source is read again to verify. A Postgres target checksums each
+    namespace range on a second connection once the copy is past it.
+    """
+
+    def __init__(
+        self,
+        source: StorageProvider,
+        target: StorageProvider,
+        the_plan: Plan,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> None:
+        self.source, self.target, self.batch_size = source, target, batch_size
+        self.result = Result(the_plan)
+        self._started = time.perf_counter()
+        self._version = data_version(source)
+        fresh = the_plan.resume is None and not the_plan.merge
+        self._streamed = Accumulator() if self._version is not None and fresh else None
+        self._fresh = fresh
+        self._target_sums: dict[str, Sums] | None = None
+
+    def copy(self, on_batch: Callback | None = None) -> int:
+        ranges = None
+        if self._fresh and hasattr(self.target, "reopen"):
+            ranges = RangeSums(self.target, PROGRESS_KEY)
+        try:
+            self.result.copied = copy(
+                self.source,
+                self.target,
+                self.result.plan,
+                batch_size=self.batch_size,
+                on_batch=on_batch,
+                sums=self._streamed,
+                passed=ranges.passed if ranges is not None else None,
+            )
+            self.result.copy_seconds = time.perf_counter() - self._started
+            if ranges is not None:
+                self._target_sums = ranges.result()
+        finally:
+            if ranges is not None:
+                ranges.close()
+        return self.result.copied
+
+    @property
+    def verify_reads(self) -> int:
+        """How many source records verification reads (0: checksums taken meanwhile)."""
+        return 0 if self._source_sums() is not None else self.result.plan.source_keys
+
+    def _source_sums(self) -> dict[str, Sums] | None:
+        if self._streamed is None or data_version(self.source) != self._version:
+            return None  # not taken, or written during the copy: read it again
+        return self._streamed.sums
+
+    def verify(self, on_key: Callback | None = None) -> bool:
+        result = self.result
+        result.checks = verify(
+            self.source,
+            self.target,
+            merge=result.plan.merge,
+            source_sums=self._source_sums(),
+            target_sums=self._target_sums,
+            on_key=on_key,
+        )
+        result.seconds = time.perf_counter() - self._started
+        result.memory_keys = "memory:" in result.checks
+        return result.verified
+
+    def finish(self) -> Result:
+        """Verified: drop the progress record, write the audit record. Else start over."""
+        if self.result.verified:
+            finish(self.source, self.target, self.result)
+        else:
+            # Resuming cannot fix this (the copy went past the differences).
+            self.target.delete(PROGRESS_KEY)
+        return self.result
+
+
 def migrate(
     source: StorageProvider,
     target: StorageProvider,
@@ -577,53 +454,11 @@ def migrate(
     on_batch: Callback | None = None,
     on_verify: Callback | None = None,
 ) -> Result:
-    """Copy, verify, and finish when verified (see :func:`check_verified`).
-
-    The source's checksums are taken while copying when nothing can have
-    changed it unseen: a fresh (not resumed) run from a SQLite source whose
-    ``data_version`` shows no commit by anyone else meanwhile. Otherwise
-    the source is read again afterwards.
-    """
-    started = time.perf_counter()
-    result = Result(the_plan)
-    version = data_version(source)
-    fresh = the_plan.resume is None and not the_plan.merge
-    streamed = Accumulator() if version is not None and fresh else None
-    # A Postgres target checksums the ranges the copy has passed, meanwhile.
-    ranges = RangeSums(target, PROGRESS_KEY) if fresh and hasattr(target, "reopen") else None
-    try:
-        result.copied = copy(
-            source,
-            target,
-            the_plan,
-            batch_size=batch_size,
-            on_batch=on_batch,
-            sums=streamed,
-            passed=ranges.passed if ranges is not None else None,
-        )
-        result.copy_seconds = time.perf_counter() - started
-        target_sums = ranges.result() if ranges is not None else None
-    finally:
-        if ranges is not None:
-            ranges.close()
-    if streamed is not None and data_version(source) != version:
-        streamed = None  # written during the copy: read it again
-    result.checks = verify(
-        source,
-        target,
-        merge=the_plan.merge,
-        source_sums=streamed.sums if streamed is not None else None,
-        target_sums=target_sums,
-        on_key=on_verify,
-    )
-    result.seconds = time.perf_counter() - started
-    result.memory_keys = "memory:" in result.checks
-    if result.verified:
-        finish(source, target, result)
-    else:
-        # Resuming cannot fix this (the copy went past the differences): start over.
-        target.delete(PROGRESS_KEY)
-    return result
+    """Copy, verify, and finish when verified (see :func:`check_verified`)."""
+    run = Migration(source, target, the_plan, batch_size=batch_size)
+    run.copy(on_batch)
+    run.verify(on_verify)
+    return run.finish()
 
 
 def check_verified(result: Result) -> None:

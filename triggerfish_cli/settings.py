@@ -12,7 +12,7 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
       path: data/triggerfish.db   # sqlite: relative to this file's directory
       busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
 
-    storage:                   # postgres (storage/postgres.py)
+    storage:                   # postgres (storage/postgres.py, remote_settings.py)
       backend: postgres
       dsn: "host=db.internal dbname=triggerfish user=tf"   # never a password
       schema: triggerfish
@@ -193,8 +193,8 @@ def _lazy(target: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
 
 register_backend("sqlite", _sqlite_options)
 register_backend("memory", _memory_options)
-register_backend("postgres", _lazy("triggerfish_cli.storage.postgres:section_options"))
-register_backend("s3", _lazy("triggerfish_cli.storage.s3:section_options"))
+register_backend("postgres", _lazy("triggerfish_cli.storage.remote_settings:postgres_section"))
+register_backend("s3", _lazy("triggerfish_cli.storage.remote_settings:s3_section"))
 
 
 def parse_storage_section(

@@ -18,7 +18,8 @@ from triggerfish_cli.errors import (
     InvalidDataError,
     RefusedError,
 )
-from triggerfish_cli.storage.postgres import PostgresStorage, dsn_has_password
+from triggerfish_cli.storage.postgres import PostgresStorage
+from triggerfish_cli.storage.remote_settings import dsn_has_password
 
 
 @pytest.fixture

@@ -67,15 +67,15 @@ def migrate_cmd(
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    from triggerfish_cli import migrate
+    from triggerfish_cli import locations, migrate
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
-    source_config = migrate.parse_location(source, "from")
-    target_config = migrate.parse_location(target, "to")
-    src = migrate.open_source(source_config)
+    source_config = locations.parse_location(source, "from")
+    target_config = locations.parse_location(target, "to")
+    src = locations.open_source(source_config)
     ctx.call_on_close(src.close)
-    dst = migrate.open_target(target_config, create=not dry_run)
+    dst = locations.open_target(target_config, create=not dry_run)
     if dst is not None:
         ctx.call_on_close(dst.close)
     plan = migrate.plan(src, dst, merge=merge, target_config=target_config)
@@ -95,6 +95,7 @@ def migrate_cmd(
             yes=yes,
             what="merging into a non-empty store",
         )
+    run = migrate.Migration(src, dst, plan, batch_size=batch_size)
     copied = [0]
     try:
         with out.progress("copying", total=plan.to_copy) as bar:
@@ -103,13 +104,16 @@ def migrate_cmd(
                 copied[0] += count
                 bar.advance(count)
 
-            result = migrate.migrate(src, dst, plan, batch_size=batch_size, on_batch=advance)
+            run.copy(advance)
     except (TriggerfishError, KeyboardInterrupt):
         out.info(
             f"stopped after copying {copied[0]} key(s) in this run; "
             "run the same command again to continue where it stopped"
         )
         raise
+    with out.progress("verifying", total=run.verify_reads or None) as bar:
+        run.verify(bar.advance)
+    result = run.finish()
     _report_result(out, result)
     migrate.check_verified(result)
 
@@ -149,9 +153,9 @@ def _report_result(out: Any, result: Any) -> None:
                 Column("source_keys", "source", "right"),
                 Column("target_keys", "target", "right"),
                 Column("missing", "missing", "right"),
-                Column("different", "different", "right"),
+                Column("different", "diff", "right"),
                 Column("extra", "extra", "right"),
-                Column("source_checksum", "checksum", render=lambda v: str(v)[:16]),
+                Column("source_checksum", "checksum", render=lambda v: str(v)[:8]),
                 Column("ok", "ok", render=lambda v: "yes" if v else "NO"),
             ],
             empty="the source is empty",

@@ -38,9 +38,7 @@ import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, unquote, urlsplit
 
 from triggerfish_cli.errors import (
     BackendUnavailableError,
@@ -50,7 +48,7 @@ from triggerfish_cli.errors import (
     TriggerfishError,
     UsageError,
 )
-from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
+from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -60,98 +58,22 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
+from triggerfish_cli.storage.remote_settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SCHEMA,
+    check_dsn,
+    check_schema,
+)
 
 if TYPE_CHECKING:
     import psycopg
 
-DEFAULT_SCHEMA = "triggerfish"
-DEFAULT_CONNECT_TIMEOUT = 5
 #: Below this many rows a write is an executemany upsert; from it on, COPY.
 COPY_THRESHOLD = 64
-
-PASSWORD_HINT = (
-    "remove the password from the DSN and give it to libpq instead: "
-    "PGPASSWORD, ~/.pgpass (mode 0600) or a PGSERVICEFILE entry"
-)
-
-_SECRET_SETTINGS = {"password", "pass", "passwd", "secret", "sslpassword"}
 
 
 class NoStoreError(BackendUnavailableError):
     """The schema has no kv table (and the store was not to be created)."""
-
-
-# -- configuration -------------------------------------------------------------
-
-
-def dsn_has_password(dsn: str) -> bool:
-    """Whether a libpq connection string carries a password (URL or key=value form)."""
-    text = dsn.strip()
-    if re.match(r"^postgres(?:ql)?://", text, re.IGNORECASE):
-        parts = urlsplit(text)
-        netloc = parts.netloc.rpartition("@")[0]
-        if ":" in netloc:
-            return True
-        return any(k.lower() in ("password", "sslpassword") for k, _ in parse_qsl(parts.query))
-    return re.search(r"(?:^|\s)(?:ssl)?password\s*=", text, re.IGNORECASE) is not None
-
-
-def check_dsn(dsn: str, where: str) -> None:
-    """Refuse a DSN holding a password (exit 4): secrets never go in config or argv."""
-    if dsn_has_password(dsn):
-        raise RefusedError(f"{where}: the DSN contains a password", hint=PASSWORD_HINT)
-
-
-def check_schema(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidDataError(f"{where}: must be a schema name, not {value!r}")
-    if len(value.encode("utf-8")) > 63:
-        raise InvalidDataError(f"{where}: {value!r} is longer than PostgreSQL's 63 bytes")
-    if value.lower().startswith("pg_") or "\x00" in value:
-        raise InvalidDataError(f"{where}: {value!r} is reserved by PostgreSQL")
-    return value
-
-
-def section_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """Validator of ``storage: {backend: postgres, dsn, schema, connect_timeout}``."""
-    secrets = sorted(str(k) for k in section if str(k).lower() in _SECRET_SETTINGS)
-    if secrets:
-        raise RefusedError(
-            f"storage.{secrets[0]}: passwords never go in triggerfish.yaml", hint=PASSWORD_HINT
-        )
-    check_keys(section, {"backend", "dsn", "schema", "connect_timeout"}, "storage")
-    options: dict[str, Any] = {}
-    dsn = section.get("dsn", "")
-    if dsn is None:
-        dsn = ""
-    if not isinstance(dsn, str):
-        raise InvalidDataError(f"storage.dsn: must be a connection string, not {dsn!r}")
-    check_dsn(dsn, "storage.dsn")
-    options["dsn"] = dsn
-    if "schema" in section:
-        options["schema"] = check_schema(section["schema"], "storage.schema")
-    if "connect_timeout" in section:
-        options["connect_timeout"] = positive_int(
-            section["connect_timeout"], "storage.connect_timeout"
-        )
-    return options
-
-
-def split_url(url: str) -> tuple[str, str | None]:
-    """``postgresql://h/db?schema=s`` -> (DSN without ``schema``, ``s``).
-
-    ``schema`` is ours, not libpq's: it is taken out of the query string.
-    """
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    schema = None
-    kept = []
-    for key, value in query:
-        if key == "schema":
-            schema = unquote(value)
-        else:
-            kept.append(f"{key}={value}")
-    return parts._replace(query="&".join(kept)).geturl(), schema
 
 
 def open_config(config: StorageConfig, create: bool) -> PostgresStorage:

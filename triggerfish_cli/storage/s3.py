@@ -30,13 +30,11 @@ from triggerfish.yaml. ``endpoint_url`` points at an S3-compatible store
 from __future__ import annotations
 
 import builtins
-import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from triggerfish_cli.errors import (
     BackendUnavailableError,
@@ -46,7 +44,7 @@ from triggerfish_cli.errors import (
     RefusedError,
     TriggerfishError,
 )
-from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
+from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -56,116 +54,22 @@ from triggerfish_cli.storage.provider import (
     first_segment,
     uncovered_ranges,
 )
+from triggerfish_cli.storage.remote_settings import (
+    CREDENTIALS_HINT,
+    check_bucket,
+    normalize_prefix,
+)
 from triggerfish_cli.storage.s3_keys import Entry, KeyCodec, frame, unframe
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
-#: Longest store prefix accepted: the rest of the 1024 bytes is for keys.
-MAX_PREFIX = 512
 DEFAULT_WORKERS = 16
 CONNECT_TIMEOUT = 5
-
-CREDENTIALS_HINT = (
-    "credentials come from the standard AWS chain: AWS_PROFILE, "
-    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, SSO or an instance role"
-)
-_SECRET_SETTINGS = {
-    "access_key",
-    "access_key_id",
-    "aws_access_key_id",
-    "secret_key",
-    "secret_access_key",
-    "aws_secret_access_key",
-    "session_token",
-    "aws_session_token",
-    "password",
-    "secret",
-}
-_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
 
 
 class _PreconditionFailed(TriggerfishError):
     """An If-Match condition did not hold (the object changed)."""
-
-
-# -- configuration ---------------------------------------------------------------
-
-
-def check_bucket(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not _BUCKET.match(value):
-        raise InvalidDataError(f"{where}: not a bucket name: {value!r}")
-    return str(value)
-
-
-def normalize_prefix(value: Any, where: str) -> str:
-    """``"prod"`` -> ``"prod/"``; ``""`` -> ``""`` (the bucket's root)."""
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise InvalidDataError(f"{where}: must be a key prefix, not {value!r}")
-    if value.startswith("/") or "//" in value:
-        raise InvalidDataError(f"{where}: {value!r} must not start with / or contain //")
-    if value and not value.endswith("/"):
-        value += "/"
-    if len(value.encode("utf-8")) > MAX_PREFIX:
-        raise InvalidDataError(f"{where}: longer than {MAX_PREFIX} bytes")
-    return str(value)
-
-
-def check_endpoint(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise InvalidDataError(f"{where}: must be a URL, not {value!r}")
-    parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise InvalidDataError(f"{where}: must be an http(s):// URL, not {value!r}")
-    if parts.username or parts.password:
-        raise RefusedError(f"{where}: credentials never go in the URL", hint=CREDENTIALS_HINT)
-    return value
-
-
-def section_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    """Validator of ``storage: {backend: s3, bucket, prefix, endpoint_url, region}``."""
-    secrets = sorted(str(k) for k in section if str(k).lower() in _SECRET_SETTINGS)
-    if secrets:
-        raise RefusedError(
-            f"storage.{secrets[0]}: credentials never go in triggerfish.yaml",
-            hint=CREDENTIALS_HINT,
-        )
-    check_keys(
-        section,
-        {"backend", "bucket", "prefix", "endpoint_url", "region", "connect_timeout"},
-        "storage",
-    )
-    if "bucket" not in section:
-        raise InvalidDataError("storage.bucket: required for the s3 backend")
-    options: dict[str, Any] = {
-        "bucket": check_bucket(section["bucket"], "storage.bucket"),
-        "prefix": normalize_prefix(section.get("prefix"), "storage.prefix"),
-    }
-    if section.get("endpoint_url") is not None:
-        options["endpoint_url"] = check_endpoint(section["endpoint_url"], "storage.endpoint_url")
-    if section.get("region") is not None:
-        region = section["region"]
-        if not isinstance(region, str) or not re.match(r"^[a-z0-9-]+$", region):
-            raise InvalidDataError(f"storage.region: not a region name: {region!r}")
-        options["region"] = region
-    if "connect_timeout" in section:
-        options["connect_timeout"] = positive_int(
-            section["connect_timeout"], "storage.connect_timeout"
-        )
-    return options
-
-
-def parse_url(url: str) -> dict[str, Any]:
-    """``s3://bucket/some/prefix`` -> options (endpoint and region from the AWS env)."""
-    parts = urlsplit(url)
-    if parts.scheme != "s3" or not parts.netloc:
-        raise InvalidDataError(f"{url}: expected s3://bucket/prefix")
-    return {
-        "bucket": check_bucket(parts.netloc, url),
-        "prefix": normalize_prefix(parts.path.lstrip("/"), url),
-    }
 
 
 def open_config(config: StorageConfig, create: bool) -> S3Storage:
@@ -210,16 +114,23 @@ class S3Storage(BaseStorage):
     ) -> None:
         self.bucket = check_bucket(bucket, "bucket")
         self.prefix = normalize_prefix(prefix, "prefix")
-        self.endpoint_url = endpoint_url
+        # boto3 also takes the endpoint from the environment: name it in messages,
+        # and address such a (non-AWS) store path-style too.
+        self.endpoint_url = (
+            endpoint_url
+            or os.environ.get("AWS_ENDPOINT_URL_S3")
+            or os.environ.get("AWS_ENDPOINT_URL")
+            or None
+        )
         self.read_only = read_only
         budget = 1024 - len(self.prefix.encode("utf-8"))
         self.codec = KeyCodec(budget if name_limit is None else min(name_limit, budget))
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
-        self.client = self._make_client(endpoint_url, region, connect_timeout, 30, 3)
+        self.client = self._make_client(self.endpoint_url, region, connect_timeout, 30, 3)
         # A first request that gives up quickly: an unreachable or silent endpoint is
         # an error within seconds, not after the retries of a long read timeout.
-        probe = self._make_client(endpoint_url, region, connect_timeout, connect_timeout, 1)
+        probe = self._make_client(self.endpoint_url, region, connect_timeout, connect_timeout, 1)
         with self._errors("open"):
             probe.head_bucket(Bucket=self.bucket)
 
@@ -467,7 +378,9 @@ class S3Storage(BaseStorage):
         start_after: str | None = None,
         batch_size: int = DEFAULT_BATCH,
     ) -> Iterator[tuple[str, str]]:
-        for chunk in batched(self.entries(prefix, start_after=start_after), max(batch_size, 1)):
+        for chunk in _growing(
+            self.entries(prefix, start_after=start_after), self.workers, batch_size
+        ):
             missing = [entry for entry in chunk if entry.value is None]
             names = [entry.name for entry in missing]
             bodies = dict(zip(names, self._map(self._read, names), strict=True))
@@ -616,3 +529,18 @@ class S3Storage(BaseStorage):
                 group = first_segment(entry.key, sep)
                 groups[group] = groups.get(group, PrefixStats()) + PrefixStats(1, entry.size)
         return groups
+
+
+def _growing(items: Iterator[_T], first: int, most: int) -> Iterator[builtins.list[_T]]:
+    """Chunks of ``first`` items, doubling up to ``most``: a reader that stops
+    early (``kv list --limit 3``) does not pay for a thousand GETs."""
+    size = max(1, min(first, most))
+    chunk: builtins.list[_T] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) >= size:
+            yield chunk
+            chunk = []
+            size = min(size * 2, max(most, 1))
+    if chunk:
+        yield chunk
