@@ -19,6 +19,7 @@ from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import (
     DEFAULT_SCHEMA,
     check_dsn,
+    check_endpoint,
     check_schema,
     parse_s3_url,
     split_postgres_url,
@@ -26,7 +27,7 @@ from triggerfish_cli.storage.remote_settings import (
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
 
-def parse_location(spec: str, role: str) -> StorageConfig:
+def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> StorageConfig:
     """``--from``/``--to``: a SQLite path, a postgresql:// DSN, s3://bucket/prefix, or a YAML."""
     if not spec.strip():
         raise UsageError(f"--{role}: empty")
@@ -39,7 +40,10 @@ def parse_location(spec: str, role: str) -> StorageConfig:
             options["schema"] = check_schema(schema, f"--{role} schema")
         return StorageConfig("postgres", options=options, source=f"--{role}")
     if lowered.startswith("s3://"):
-        return StorageConfig("s3", options=parse_s3_url(spec), source=f"--{role}")
+        options = parse_s3_url(spec)
+        if endpoint_url is not None:
+            options["endpoint_url"] = check_endpoint(endpoint_url, "--endpoint-url")
+        return StorageConfig("s3", options=options, source=f"--{role}")
     if "://" in spec:
         raise UsageError(
             f"--{role}: unknown kind of store {spec.split('://')[0]!r}://",

@@ -151,7 +151,7 @@ def test_json_shape(cli: CliFn, spot: Callable[[str], Spot]) -> None:
         "to_copy", "dry_run", "copied", "seconds", "copy_seconds", "verified", "namespaces",
         "notes",
     }  # fmt: skip
-    assert report["target_state"] == "empty" and report["notes"] == []  # created empty
+    assert report["target_state"] == "missing" and report["notes"] == []  # it was created
     assert report["namespaces"][0] == {
         "namespace": "",
         "source_keys": 1,
@@ -167,15 +167,24 @@ def test_json_shape(cli: CliFn, spot: Callable[[str], Spot]) -> None:
     assert "sessions:" in table.stdout and "verified" in table.stdout
 
 
-def test_s3_url_with_the_endpoint_from_the_aws_environment(
+def test_s3_urls_with_the_endpoint_from_the_option_or_the_environment(
     cli: CliFn, spot: Callable[[str], Spot], s3: S3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     source = seeded(spot("sqlite"), TRICKY)
     bucket = s3.new_bucket()
-    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
-    result = cli("migrate", "--from", source.spec, "--to", f"s3://{bucket}/copy", "-f", "json")
+    to = f"s3://{bucket}/copy"
+    result = cli("migrate", "--from", source.spec, "--to", to, "--endpoint-url", s3.endpoint_url)
     assert result.exit_code == 0, result.stderr
-    assert result.json()["target"] == f"s3://{bucket}/copy/"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    back = spot("sqlite")
+    result = cli("migrate", "--from", to, "--to", back.spec, "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    assert result.json()["source"] == f"s3://{bucket}/copy/"
+    assert (
+        without_audit(back.contents())
+        == {k: v for k, v in without_audit(source.contents()).items()} | {}
+    )
+    assert len(audits(back.contents())) == 2
 
 
 # -- refusals --------------------------------------------------------------------------------
@@ -224,6 +233,21 @@ def test_dry_run_changes_nothing(
         )
     text = cli("migrate", "--from", source.spec, "--to", sqlite_target.spec, "--dry-run")
     assert "would copy 2 key(s)" in text.stdout
+
+
+def test_a_refused_migration_creates_no_target(
+    cli: CliFn, spot: Callable[[str], Spot], postgres: Postgres
+) -> None:
+    source = seeded(spot("sqlite"), {"a": "1", PROGRESS_KEY: "{}"})  # half a migration itself
+    sqlite_target, pg_target = spot("sqlite"), spot("postgres")
+    for target in (sqlite_target, pg_target):
+        refused = run(cli, source, target)
+        assert refused.exit_code == 4 and "unfinished migration into it" in refused.stderr
+    assert not Path(sqlite_target.spec).exists()
+    schema = pg_target.spec.rpartition("schema=")[2]
+    with postgres.connect() as conn:
+        found = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,))
+        assert found.fetchone() is None
 
 
 def test_the_same_store_is_refused(cli: CliFn, spot: Callable[[str], Spot]) -> None:

@@ -14,7 +14,8 @@ HELP = (
     "Move a store to another backend, verified and resumable.\n\n"
     "SOURCE and TARGET are each a SQLite path, a postgresql:// DSN (add ?schema=NAME; "
     "never a password: use PGPASSWORD or ~/.pgpass), an s3://bucket/prefix URL "
-    "(credentials and AWS_ENDPOINT_URL from the AWS environment), or a YAML file "
+    "(credentials from the AWS environment; the endpoint from --endpoint-url or "
+    "AWS_ENDPOINT_URL), or a YAML file "
     "whose storage: section describes the store (needed for S3-compatible endpoints).\n\n"
     "Keys stream in key order in batches; the target records its progress, so after "
     "an interruption the same command continues where it stopped. Afterwards both "
@@ -58,6 +59,16 @@ def migrate_cmd(
         bool,
         typer.Option("--merge", help="Copy into a non-empty target; source values win."),
     ] = False,
+    endpoint_url: Annotated[
+        str | None,
+        typer.Option(
+            "--endpoint-url",
+            metavar="URL",
+            help="S3-compatible endpoint for s3:// locations "
+            "(default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS).",
+            show_default=False,
+        ),
+    ] = None,
     batch_size: Annotated[
         int,
         typer.Option("--batch-size", min=1, max=100_000, help="Keys per batch (one write)."),
@@ -71,18 +82,22 @@ def migrate_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
-    source_config = locations.parse_location(source, "from")
-    target_config = locations.parse_location(target, "to")
+    source_config = locations.parse_location(source, "from", endpoint_url=endpoint_url)
+    target_config = locations.parse_location(target, "to", endpoint_url=endpoint_url)
     src = locations.open_source(source_config)
     ctx.call_on_close(src.close)
-    dst = locations.open_target(target_config, create=not dry_run)
-    if dst is not None:
-        ctx.call_on_close(dst.close)
+    dst = locations.open_target(target_config, create=False)
     plan = migrate.plan(src, dst, merge=merge, target_config=target_config)
     if dry_run:
+        if dst is not None:
+            dst.close()
         _report_plan(out, plan)
         return
-    assert dst is not None
+    if dst is None:  # checked and refused nothing: now create it
+        dst = locations.open_target(target_config, create=True)
+        assert dst is not None
+        plan.target = dst.describe()
+    ctx.call_on_close(dst.close)
     if plan.target_state == "resumable" and plan.resume is not None:
         out.info(
             f"resuming the migration from {plan.source}: {plan.resume.copied} key(s) "

@@ -130,7 +130,7 @@ class PostgresStorage(BaseStorage):
         self._dsn, self._connect_timeout = dsn, connect_timeout
         self.read_only = read_only
         self._conn: psycopg.Connection[Any] | None = None
-        self._stage_ready = False
+        self._stage_ready: bool | None = None
         self._conn = self._connect(dsn, connect_timeout)
         self._server = self._describe_server()
         try:
@@ -300,13 +300,31 @@ class PostgresStorage(BaseStorage):
                 hint=f'ALTER TABLE {self.table} ALTER COLUMN key TYPE text COLLATE "C"',
             )
 
-    def _ensure_stage(self) -> None:
-        if not self._stage_ready:
-            self.connection.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS tfadmin_stage "
-                '(key text COLLATE "C" NOT NULL, value text NOT NULL) ON COMMIT DELETE ROWS'
-            )
-            self._stage_ready = True
+    def _ensure_stage(self) -> bool:
+        """The session's staging table for bulk upserts; False without TEMP privilege."""
+        if self._stage_ready is None:
+            from psycopg import errors
+
+            try:
+                self.connection.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS tfadmin_stage "
+                    '(key text COLLATE "C" NOT NULL, value text NOT NULL) ON COMMIT DELETE ROWS'
+                )
+                self._stage_ready = True
+            except errors.InsufficientPrivilege:
+                self._stage_ready = False  # upsert row by row (pipelined) instead
+        return self._stage_ready
+
+    @contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """libpq pipeline mode (one round trip for many statements) where libpq has it."""
+        import psycopg
+
+        if psycopg.Pipeline.is_supported():
+            with self.connection.pipeline():
+                yield
+        else:
+            yield
 
     # -- the five -------------------------------------------------------------------
 
@@ -412,12 +430,7 @@ class PostgresStorage(BaseStorage):
             return 0
         conn = self.connection
         if len(staged) < COPY_THRESHOLD:
-            with self._errors("write"), conn.transaction(), conn.cursor() as cur:
-                cur.executemany(
-                    f"INSERT INTO {self.kv} (key, value) VALUES (%s, %s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                    list(staged.items()),
-                )
+            self._upsert(staged)
             return len(staged)
         from psycopg import errors
 
@@ -433,7 +446,9 @@ class PostgresStorage(BaseStorage):
                     return len(staged)
                 except errors.UniqueViolation:
                     pass  # written by someone else meanwhile: upsert instead
-            self._ensure_stage()
+            if not self._ensure_stage():
+                self._upsert(staged)
+                return len(staged)
             with conn.transaction():
                 self._copy("pg_temp.tfadmin_stage (key, value)", staged)
                 conn.execute(
@@ -442,6 +457,15 @@ class PostgresStorage(BaseStorage):
                     "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
                 )
         return len(staged)
+
+    def _upsert(self, staged: Mapping[str, str]) -> None:
+        conn = self.connection
+        with self._errors("write"), conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self.kv} (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                list(staged.items()),
+            )
 
     def _copy(self, table: str, rows: Mapping[str, str]) -> None:
         with (
@@ -520,7 +544,7 @@ class PostgresStorage(BaseStorage):
         stats: dict[str, PrefixStats] = {}
         with self._errors("stats"):
             cursors = []
-            with conn.pipeline():
+            with self._pipeline():
                 for prefix in prefixes:
                     where, params = _range(prefix)
                     cursors.append(
@@ -575,7 +599,7 @@ class PostgresStorage(BaseStorage):
         found: dict[str, tuple[int, int]] = {}
         with self._errors("checksum"):
             cursors = []
-            with conn.pipeline():
+            with self._pipeline():
                 for low, high, group in ranges:
                     where, params = _between(low, high)
                     if group is not None:
