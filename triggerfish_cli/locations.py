@@ -26,6 +26,8 @@ from triggerfish_cli.storage.remote_settings import (
 )
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
+MMAP_BYTES = 1 << 30
+
 
 def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> StorageConfig:
     """``--from``/``--to``: a SQLite path, a postgresql:// DSN, s3://bucket/prefix, or a YAML."""
@@ -97,6 +99,10 @@ class _ReadOnlySqlite(SqliteStorage):
         if "kv" not in self.tables():
             self.close()
             raise InvalidDataError(f"{path}: no kv table: not a Triggerfish store")
+        # Reading every value in key order jumps around the file: memory-mapped
+        # pages (read-only, so safe) save a system call and a copy per page.
+        with self.errors("open"):
+            self.connection.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
 
 
 def open_source(config: StorageConfig) -> StorageProvider:
