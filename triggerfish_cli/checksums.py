@@ -14,6 +14,7 @@ first segment (``x:``), else ``""``.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import queue
 import threading
@@ -207,8 +208,10 @@ class RangeSums:
         return _as_sums(self._found)
 
     def close(self) -> None:
-        if self._thread.is_alive():
+        if self._thread.is_alive():  # the copy failed or was interrupted: stop at once
             self._jobs.put(None)
+            with contextlib.suppress(Exception):
+                self._connection.connection.cancel()
             self._thread.join(5)
             if self._thread.is_alive():
                 return  # still in a query: the connection goes with the process
