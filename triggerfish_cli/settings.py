@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import InvalidDataError, NotFoundError
+from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
 
 #: Settings each backend accepts under ``storage:`` (besides ``backend``).
 #: Backends register their own validators here (see :func:`register_backend`).
@@ -209,8 +209,8 @@ def parse_storage_section(
         )
     try:
         options = _BACKEND_OPTIONS[backend](section, config_path.parent)
-    except InvalidDataError as exc:
-        raise InvalidDataError(f"{config_path}: {exc.message}", hint=exc.hint) from None
+    except (InvalidDataError, RefusedError) as exc:  # refused: a secret in the section
+        raise type(exc)(f"{config_path}: {exc.message}", hint=exc.hint) from None
     return str(backend), options
 
 

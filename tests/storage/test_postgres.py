@@ -226,9 +226,10 @@ def pg_config(tmp_path: Path, body: str) -> str:
 def test_settings_are_checked(
     cli: CliFn, tmp_path: Path, body: str, code: int, message: str
 ) -> None:
-    result = cli("--config", pg_config(tmp_path, body), "kv", "list")
+    config = pg_config(tmp_path, body)
+    result = cli("--config", config, "kv", "list")
     assert result.exit_code == code, result.stderr
-    assert message in result.stderr
+    assert message in result.stderr and config in result.stderr
     assert "hunter2" not in result.stderr
 
 
