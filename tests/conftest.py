@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.helpers.gateway import write_gateway_store
-from tests.helpers.services import postgres, s3, s3_server  # noqa: F401 - fixtures
+from tests.helpers.services import S3, Postgres, postgres, s3, s3_server  # noqa: F401 - fixtures
 
 _OUR_ENV = (
     "TRIGGERFISH_DATA_DIR",
@@ -97,7 +97,7 @@ class StoreHandle:
         return self.opener()
 
 
-def _sqlite_store(base: Path) -> StoreHandle:
+def _sqlite_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     path = base / "data" / "triggerfish.db"
@@ -105,10 +105,67 @@ def _sqlite_store(base: Path) -> StoreHandle:
     return StoreHandle("sqlite", ["--db", str(path)], lambda: SqliteStorage(path))
 
 
+def _write_storage_config(base: Path, settings: dict[str, str]) -> Path:
+    """``<base>/triggerfish.yaml`` with a ``storage:`` section (JSON strings are YAML)."""
+    import json
+
+    path = base / "triggerfish.yaml"
+    lines = ["storage:"] + [f"  {key}: {json.dumps(value)}" for key, value in settings.items()]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _postgres_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
+    """A fresh schema on the test server, named in the config's storage: section."""
+    from triggerfish_cli.storage.postgres import PostgresStorage
+
+    server: Postgres = request.getfixturevalue("postgres")
+    schema = server.new_schema()
+    request.addfinalizer(lambda: server.drop_schema(schema))
+    PostgresStorage(server.dsn, schema=schema, create=True).close()
+    config = _write_storage_config(
+        base, {"backend": "postgres", "dsn": server.dsn, "schema": schema}
+    )
+    return StoreHandle(
+        "postgres",
+        ["--config", str(config)],
+        lambda: PostgresStorage(server.dsn, schema=schema),
+    )
+
+
+def _s3_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
+    """A fresh bucket on the moto server, named in the config's storage: section."""
+    from triggerfish_cli.storage.s3 import S3Storage
+
+    server: S3 = request.getfixturevalue("s3")
+    bucket = server.new_bucket()
+    config = _write_storage_config(
+        base,
+        {
+            "backend": "s3",
+            "bucket": bucket,
+            "prefix": "triggerfish/",
+            "endpoint_url": server.endpoint_url,
+            "region": server.region,
+        },
+    )
+    return StoreHandle(
+        "s3",
+        ["--config", str(config)],
+        lambda: S3Storage(
+            bucket, "triggerfish/", endpoint_url=server.endpoint_url, region=server.region
+        ),
+    )
+
+
 #: Backends that persist across CLI invocations; command tests run on each.
-STORE_BACKENDS: dict[str, Callable[[Path], StoreHandle]] = {"sqlite": _sqlite_store}
+STORE_BACKENDS: dict[str, Callable[[Path, pytest.FixtureRequest], StoreHandle]] = {
+    "sqlite": _sqlite_store,
+    "postgres": _postgres_store,
+    "s3": _s3_store,
+}
 
 
 @pytest.fixture(params=sorted(STORE_BACKENDS))
 def store(request: pytest.FixtureRequest, base_dir: Path) -> Iterator[StoreHandle]:
-    yield STORE_BACKENDS[request.param](base_dir)
+    yield STORE_BACKENDS[request.param](base_dir, request)

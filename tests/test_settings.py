@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import CliFn
 from triggerfish_cli.errors import InvalidDataError, NotFoundError
 from triggerfish_cli.settings import check_our_sections, load_settings
 from triggerfish_cli.storage.factory import resolve_storage
@@ -76,3 +77,30 @@ def test_yaml_values_that_cannot_be_built_are_invalid_data() -> None:
 
     with pytest.raises(InvalidDataError, match=r"month must be in 1\.\.12"):
         parse_yaml_mapping("since: 2026-13-45\n", "t.yaml")
+
+
+def test_backend_help_names_every_backend(cli: CliFn) -> None:
+    text = " ".join(cli("--help").stdout.split())
+    assert "sqlite, memory, postgres or s3" in text
+
+
+def test_enterprise_sections_are_checked_without_their_client_libraries(tmp_path: Path) -> None:
+    """Validating a postgres or s3 storage: section never imports psycopg or boto3."""
+    path = tmp_path / "t.yaml"
+    path.write_text(
+        "storage:\n  backend: postgres\n  dsn: host=db user=tf\n  schema: prod\n", encoding="utf-8"
+    )
+    other = tmp_path / "s.yaml"
+    other.write_text("storage:\n  backend: s3\n  bucket: acme-tf\n  prefix: p\n", encoding="utf-8")
+    code = (
+        "import sys\nfrom pathlib import Path\n"
+        "from triggerfish_cli.settings import load_settings, check_our_sections\n"
+        "from triggerfish_cli.storage.factory import resolve_storage\n"
+        f"for p in ({str(path)!r}, {str(other)!r}):\n"
+        "    s = load_settings(Path(p), explicit=True)\n"
+        "    check_our_sections(s)\n"
+        "    print(resolve_storage(s).backend)\n"
+        "print(sorted({'psycopg', 'boto3', 'botocore'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["postgres", "s3", "[]"], out.stderr

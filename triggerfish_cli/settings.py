@@ -8,9 +8,22 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
 ``storage:``::
 
     storage:
-      backend: sqlite          # sqlite (default) | memory
+      backend: sqlite          # sqlite (default) | memory | postgres | s3
       path: data/triggerfish.db   # sqlite: relative to this file's directory
       busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
+
+    storage:                   # postgres (storage/postgres.py, remote_settings.py)
+      backend: postgres
+      dsn: "host=db.internal dbname=triggerfish user=tf"   # never a password
+      schema: triggerfish
+      connect_timeout: 5
+
+    storage:                   # s3 (storage/s3.py); credentials: the AWS chain
+      backend: s3
+      bucket: acme-triggerfish
+      prefix: prod/
+      endpoint_url: https://minio.internal:9000   # S3-compatible stores
+      region: eu-west-1
 
 The YAML is parsed lazily: a command that only needs to know the backend
 does not import the YAML parser when the file has no ``storage`` section.
@@ -23,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import InvalidDataError, NotFoundError
+from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
 
 #: Settings each backend accepts under ``storage:`` (besides ``backend``).
 #: Backends register their own validators here (see :func:`register_backend`).
@@ -167,8 +180,23 @@ def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {}
 
 
+def _lazy(target: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
+    """A validator living in ``module:function``, imported only when a section needs it."""
+
+    def validate(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+        import importlib
+
+        module, _, function = target.partition(":")
+        options: dict[str, Any] = getattr(importlib.import_module(module), function)(section, base)
+        return options
+
+    return validate
+
+
 register_backend("sqlite", _sqlite_options)
 register_backend("memory", _memory_options)
+register_backend("postgres", _lazy("triggerfish_cli.storage.remote_settings:postgres_section"))
+register_backend("s3", _lazy("triggerfish_cli.storage.remote_settings:s3_section"))
 
 
 def parse_storage_section(
@@ -183,8 +211,8 @@ def parse_storage_section(
         )
     try:
         options = _BACKEND_OPTIONS[backend](section, config_path.parent)
-    except InvalidDataError as exc:
-        raise InvalidDataError(f"{config_path}: {exc.message}", hint=exc.hint) from None
+    except (InvalidDataError, RefusedError) as exc:  # refused: a secret in the section
+        raise type(exc)(f"{config_path}: {exc.message}", hint=exc.hint) from None
     return str(backend), options
 
 

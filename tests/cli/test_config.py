@@ -47,6 +47,14 @@ WITH_SECRETS = BASE_CONFIG.replace(
 
 
 @pytest.fixture
+def store(request: pytest.FixtureRequest, base_dir: Path) -> StoreHandle:
+    """Transitional: SQLite only until the managed file carries the storage: section."""
+    from tests.conftest import STORE_BACKENDS
+
+    return STORE_BACKENDS["sqlite"](base_dir, request)
+
+
+@pytest.fixture
 def config(base_dir: Path) -> Path:
     path = base_dir / "triggerfish.yaml"
     path.write_text(BASE_CONFIG)

@@ -11,6 +11,7 @@ import os
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -34,6 +35,19 @@ class Postgres:
     #: A schema of its own for this test session, dropped at the end.
     schema: str
 
+    def connect(self) -> Any:
+        import psycopg
+
+        return psycopg.connect(self.dsn, connect_timeout=3, autocommit=True)
+
+    def new_schema(self) -> str:
+        """A fresh schema name for one test (the store creates it; the session drops it)."""
+        return f"{self.schema}_{uuid.uuid4().hex[:8]}"
+
+    def drop_schema(self, name: str) -> None:
+        with self.connect() as conn:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[Postgres]:
@@ -52,7 +66,12 @@ def postgres() -> Iterator[Postgres]:
     try:
         yield Postgres(PG_DSN, schema)
     finally:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        # The session's schema and every per-test schema made from its name.
+        rows = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE starts_with(nspname, %s)", (schema,)
+        ).fetchall()
+        for (name,) in rows:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
         conn.close()
 
 
@@ -80,7 +99,7 @@ def s3_server() -> Iterator[S3]:
     except ImportError:
         unavailable("moto[server] is not installed (pip install -e '.[test]')")
         raise
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server = _s3_only_server(ThreadedMotoServer)
     server.start()
     port = server._server.server_port  # type: ignore[attr-defined]
     try:
@@ -99,3 +118,38 @@ def s3(s3_server: S3, monkeypatch: pytest.MonkeyPatch) -> S3:
     monkeypatch.delenv("AWS_PROFILE", raising=False)
     monkeypatch.delenv("AWS_SESSION_TOKEN", raising=False)
     return s3_server
+
+
+def _s3_only_server(base: type[Any]) -> Any:
+    """A moto server that serves only S3.
+
+    moto finds the service of each request by listing its own package
+    directory (~3.5 ms a request here); this server skips that, and keeps
+    werkzeug's per-request log lines out of the test logs.
+    """
+    import logging
+
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import make_server
+
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+
+    class S3Only(DomainDispatcherApplication):  # type: ignore[misc]
+        def get_backend_for_host(self, host: str | None) -> Any:
+            return "s3"
+
+    class Server(base):  # type: ignore[misc, valid-type]
+        def _server_entry(self) -> None:
+            from moto.moto_server.threaded_moto_server import MotoRequestHandler
+
+            self._server = make_server(
+                self._ip_address,
+                self._port,
+                S3Only(create_backend_app),
+                True,
+                request_handler=MotoRequestHandler,
+            )
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return Server(ip_address="127.0.0.1", port=0, verbose=False)

@@ -1,7 +1,9 @@
-"""Every backend the contract suite runs on: name -> factory(tmp_path) -> provider.
+"""Every backend the contract suite runs on: name -> factory(tmp_path, request) -> provider.
 
 A factory may be called several times per test; each call returns a
-provider on the same store.
+provider on the same store. Postgres and S3 get a fresh schema or bucket
+per test from the real servers (tests/helpers/services.py): locally they
+skip when no server is found, under CI they fail.
 """
 
 from __future__ import annotations
@@ -9,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from tests.helpers.services import S3, Postgres
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -43,30 +48,66 @@ class MinimalStorage(BaseStorage):
         self.data.clear()
 
 
-def _memory() -> Callable[[Path], Provider]:
+Factory = Callable[[Path, pytest.FixtureRequest], Provider]
+
+
+def _memory() -> Factory:
     shared: dict[Path, MemoryStorage] = {}
 
-    def factory(tmp_path: Path) -> Provider:
+    def factory(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
         return shared.setdefault(tmp_path, MemoryStorage())
 
     return factory
 
 
-def _minimal() -> Callable[[Path], Provider]:
+def _minimal() -> Factory:
     shared: dict[Path, dict[str, str]] = {}
 
-    def factory(tmp_path: Path) -> Provider:
+    def factory(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
         return MinimalStorage(shared.setdefault(tmp_path, {}))
 
     return factory
 
 
-def _sqlite(tmp_path: Path) -> Provider:
+def _sqlite(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
     return SqliteStorage(tmp_path / "contract.db", create=True)
 
 
-BACKENDS: dict[str, Callable[[Path], Provider]] = {
+def _postgres() -> Factory:
+    schemas: dict[Path, str] = {}
+
+    def factory(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
+        from triggerfish_cli.storage.postgres import PostgresStorage
+
+        server: Postgres = request.getfixturevalue("postgres")
+        if tmp_path not in schemas:
+            schemas[tmp_path] = server.new_schema()
+            request.addfinalizer(lambda: server.drop_schema(schemas.pop(tmp_path)))
+        return PostgresStorage(server.dsn, schema=schemas[tmp_path], create=True)
+
+    return factory
+
+
+def _s3() -> Factory:
+    buckets: dict[Path, str] = {}
+
+    def factory(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
+        from triggerfish_cli.storage.s3 import S3Storage
+
+        server: S3 = request.getfixturevalue("s3")
+        if tmp_path not in buckets:
+            buckets[tmp_path] = server.new_bucket()
+        return S3Storage(
+            buckets[tmp_path], "store", endpoint_url=server.endpoint_url, region=server.region
+        )
+
+    return factory
+
+
+BACKENDS: dict[str, Factory] = {
     "memory": _memory(),
     "minimal": _minimal(),
     "sqlite": _sqlite,
+    "postgres": _postgres(),
+    "s3": _s3(),
 }

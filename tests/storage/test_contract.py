@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.storage.backends import BACKENDS, Provider
+from triggerfish_cli.errors import InvalidDataError
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
 
 Factory = Callable[[], Provider]
@@ -25,7 +26,7 @@ def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Factory]:
     opened: list[Provider] = []
 
     def factory() -> Provider:
-        provider = BACKENDS[request.param](tmp_path)
+        provider = BACKENDS[request.param](tmp_path, request)
         opened.append(provider)
         return provider
 
@@ -302,6 +303,25 @@ def test_lock_waits_for_the_holder(make: Factory) -> None:
     holder.join(10)
 
 
+@pytest.mark.parametrize(("key", "value"), [("nul:value", "a\x00b"), ("nul\x00key", "v")])
+def test_nul_character_round_trips_or_is_refused(kv: Provider, key: str, value: str) -> None:
+    """A NUL either round-trips exactly or is refused (exit 8) with nothing written."""
+    kv.set("before", "1")
+    try:
+        kv.set(key, value)
+    except InvalidDataError:
+        assert kv.get(key) is None
+        with pytest.raises(InvalidDataError):
+            kv.set_many([("other", "2"), (key, value)] + [(f"n{i}", "x") for i in range(100)])
+        assert dict(kv.scan()) == {"before": "1"}
+        assert kv.list(key) == [] and kv.count(key) == 0
+        return
+    assert kv.get(key) == value
+    assert dict(kv.scan()) == {"before": "1", key: value}
+    assert kv.list(key) == [key]
+    assert list(kv.scan_keys()) == sorted(["before", key])
+
+
 def test_clear(kv: Provider) -> None:
     fill(kv, TRICKY)
     kv.clear()
@@ -330,9 +350,11 @@ def test_other_stats_groups_unknown_keys_by_first_segment(kv: Provider) -> None:
 
 _key_chars = st.sampled_from([*"aAbB:_%*é日😀", "\U0010ffff"])
 _keys = st.text(_key_chars, min_size=1, max_size=6)
+# NUL is left out here: PostgreSQL text cannot hold it (see test_nul_character).
+_values = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=5)
 _ops = st.lists(
     st.one_of(
-        st.tuples(st.just("set"), _keys, st.text(max_size=5)),
+        st.tuples(st.just("set"), _keys, _values),
         st.tuples(st.just("delete"), _keys, st.just("")),
     ),
     max_size=40,
@@ -347,6 +369,13 @@ def test_behaves_like_a_sorted_dict(
     make: Factory, ops: list[tuple[str, str, str]], prefixes: list[str]
 ) -> None:
     kv = make()
+    try:
+        check_against_model(kv, ops, prefixes)
+    finally:
+        kv.close()
+
+
+def check_against_model(kv: Provider, ops: list[tuple[str, str, str]], prefixes: list[str]) -> None:
     kv.clear()
     model: dict[str, str] = {}
     for op, key, value in ops:
@@ -366,4 +395,3 @@ def test_behaves_like_a_sorted_dict(
         size = sum(value_size(model[k]) for k in expected)
         if prefix:
             assert kv.prefix_stats([prefix])[prefix] == PrefixStats(len(expected), size)
-    kv.close()

@@ -14,7 +14,8 @@ from triggerfish_cli.errors import (
     BusyError,
     InvalidDataError,
 )
-from triggerfish_cli.storage.sqlite import SqliteStorage, _gaps
+from triggerfish_cli.storage.provider import uncovered_ranges
+from triggerfish_cli.storage.sqlite import SqliteStorage
 
 
 def digest(path: Path) -> str:
@@ -186,7 +187,7 @@ def test_range_queries_fix_the_gateways_like_listing(tmp_path: Path) -> None:
     ],
 )
 def test_gaps_between_prefix_ranges(prefixes: list[str], gaps: list[tuple[str, str]]) -> None:
-    assert _gaps(prefixes) == gaps
+    assert uncovered_ranges(prefixes) == gaps
 
 
 def test_scan_many_is_one_snapshot_that_never_blocks_a_writer(tmp_path: Path) -> None:

@@ -41,6 +41,10 @@ GROUPS: dict[str, tuple[str, str]] = {
         "triggerfish_cli.cli.retention",
         "Apply the retention policies: see them, plan a sweep, sweep.",
     ),
+    "migrate": (
+        "triggerfish_cli.cli.migrate",
+        "Move a store to another backend, verified and resumable.",
+    ),
 }
 
 
@@ -223,7 +227,9 @@ def root(
             show_default=False,
             metavar="NAME",
             autocompletion=_complete_backend,
-            help="Storage backend, overriding the storage: section: sqlite or memory.",
+            help="Storage backend, overriding the storage: section: sqlite, memory, postgres "
+            "or s3 (postgres and s3 take their dsn/schema or bucket/prefix/endpoint_url/region "
+            "from the storage: section; postgres also from the libpq PG* environment).",
         ),
     ] = None,
     fmt: Annotated[

@@ -32,6 +32,8 @@ from triggerfish_cli.storage.provider import StorageProvider
 _OPENERS: dict[str, str] = {
     "sqlite": "triggerfish_cli.storage.factory:_open_sqlite",
     "memory": "triggerfish_cli.storage.factory:_open_memory",
+    "postgres": "triggerfish_cli.storage.postgres:open_config",
+    "s3": "triggerfish_cli.storage.s3:open_config",
 }
 
 

@@ -399,6 +399,30 @@ class BaseStorage(ABC):
         return groups
 
 
+def uncovered_ranges(prefixes: Sequence[str]) -> list[tuple[str | None, str | None]]:
+    """The key ranges ``[low, high)`` covered by none of the prefixes (``None``: unbounded)."""
+    ranges = sorted((p, prefix_upper_bound(p)) for p in prefixes if p)
+    merged: list[tuple[str, str | None]] = []
+    for low, high in ranges:
+        if merged:
+            last_low, last_high = merged[-1]
+            if last_high is None or low <= last_high:
+                if last_high is not None and (high is None or high > last_high):
+                    merged[-1] = (last_low, high)
+                continue
+        merged.append((low, high))
+    gaps: list[tuple[str | None, str | None]] = []
+    cursor: str | None = None
+    for low, high in merged:
+        if cursor is None or cursor < low:
+            gaps.append((cursor, low))
+        if high is None:
+            return gaps
+        cursor = high
+    gaps.append((cursor, None))
+    return gaps
+
+
 def batched(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
     """Successive lists of at most ``size`` items."""
     if size < 1:

@@ -37,6 +37,7 @@ from triggerfish_cli.storage.provider import (
     PrefixStats,
     batched,
     prefix_upper_bound,
+    uncovered_ranges,
 )
 
 #: Exactly the statement the gateway runs at start-up.
@@ -470,7 +471,7 @@ class SqliteStorage(BaseStorage):
         """Group the keys in the gaps between the known prefix ranges by first segment."""
         groups: dict[str, PrefixStats] = {}
         with self.errors("stats"):
-            for low, high in _gaps(known):
+            for low, high in uncovered_ranges(known):
                 conditions, params = [], []
                 if low is not None:
                     conditions.append("key >= ?")
@@ -491,30 +492,6 @@ class SqliteStorage(BaseStorage):
                         int(count), int(size)
                     )
         return groups
-
-
-def _gaps(prefixes: Sequence[str]) -> list[tuple[str | None, str | None]]:
-    """The key ranges ``[low, high)`` covered by none of the prefixes."""
-    ranges = sorted((p, prefix_upper_bound(p)) for p in prefixes if p)
-    merged: list[tuple[str, str | None]] = []
-    for low, high in ranges:
-        if merged:
-            last_low, last_high = merged[-1]
-            if last_high is None or low <= last_high:
-                if last_high is not None and (high is None or high > last_high):
-                    merged[-1] = (last_low, high)
-                continue
-        merged.append((low, high))
-    gaps: list[tuple[str | None, str | None]] = []
-    cursor: str | None = None
-    for low, high in merged:
-        if cursor is None or cursor < low:
-            gaps.append((cursor, low))
-        if high is None:
-            return gaps
-        cursor = high
-    gaps.append((cursor, None))
-    return gaps
 
 
 def _open(path: Path, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connection:

@@ -1,0 +1,673 @@
+"""The PostgreSQL backend (psycopg 3, imported lazily; extra ``triggerfish-admin[postgres]``).
+
+One table in a schema of its own (``triggerfish`` unless configured)::
+
+    CREATE TABLE kv (key text COLLATE "C" PRIMARY KEY, value text NOT NULL)
+
+``COLLATE "C"`` makes the primary-key index byte-ordered, so key order is
+binary order (as on SQLite and S3) and a prefix is one index range scan,
+``key >= :p AND key < :p_next`` (the same bounds as SQLite).
+
+Design notes:
+
+- One connection, autocommit, no pool: a command runs one thing at a time,
+  and a pool would only add a thread and start-up time.
+- Scans are keyset-paged (``key > :last ORDER BY key LIMIT n``), not a
+  server-side cursor: each page is its own short statement, so a long scan
+  of a live store holds no transaction or snapshot open (no vacuum held
+  back, nothing to lose when the connection drops), and it resumes from any
+  key, like SQLite's.
+- Bulk writes are ``COPY``: straight into ``kv`` when the batch's key range
+  is empty there (a migration), else into a temporary staging table and
+  upserted from it in the same transaction. Every batch is one transaction.
+- Deletes go in batches of one statement each (``= ANY(array)``);
+  compare-and-delete is one ``DELETE ... USING unnest(keys, values)``.
+- Connecting times out (``connect_timeout``, default 5 s) and TCP
+  keepalives detect a vanished server; both are errors with exit 7 naming
+  the server and the reason, never a hang or a traceback.
+- PostgreSQL text cannot hold NUL characters: a key or value containing one
+  is refused (exit 8) before anything of its batch is written.
+
+Passwords never come from triggerfish.yaml: libpq reads ``PGPASSWORD``,
+``~/.pgpass`` or a service file (``PGSERVICE``) itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager, suppress
+from typing import TYPE_CHECKING, Any
+
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    BusyError,
+    InvalidDataError,
+    RefusedError,
+    TriggerfishError,
+    UsageError,
+)
+from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.provider import (
+    DEFAULT_BATCH,
+    BaseStorage,
+    BatchCallback,
+    PrefixStats,
+    batched,
+    prefix_upper_bound,
+    uncovered_ranges,
+)
+from triggerfish_cli.storage.remote_settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_SCHEMA,
+    check_dsn,
+    check_schema,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+
+#: Below this many rows a write is an executemany upsert; from it on, COPY.
+COPY_THRESHOLD = 64
+
+
+class NoStoreError(BackendUnavailableError):
+    """The schema has no kv table (and the store was not to be created)."""
+
+
+def open_config(config: StorageConfig, create: bool) -> PostgresStorage:
+    """The factory's opener for ``backend: postgres``."""
+    options = dict(config.options)
+    return PostgresStorage(
+        options.get("dsn", ""),
+        schema=options.get("schema", DEFAULT_SCHEMA),
+        create=create or bool(options.get("create", False)),
+        read_only=bool(options.get("read_only", False)),
+        connect_timeout=options.get("connect_timeout"),
+    )
+
+
+# -- the backend -----------------------------------------------------------------
+
+
+def _reason(exc: BaseException) -> str:
+    """The useful line of a libpq/psycopg message."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    text = lines[0]
+    # "connection failed: connection to server at "h", port 1 failed: Connection refused"
+    text = re.sub(r"^connection failed: ", "", text)
+    text = re.sub(r'^connection to server at "[^"]*"(?: \([^)]*\))?, port \d+ failed: ', "", text)
+    return text
+
+
+def _server_of(params: Mapping[str, Any]) -> str:
+    host = str(params.get("host") or os.environ.get("PGHOST") or "")
+    port = str(params.get("port") or os.environ.get("PGPORT") or "5432")
+    dbname = str(params.get("dbname") or os.environ.get("PGDATABASE") or "")
+    where = f"{host}:{port}" if host and not host.startswith("/") else f"local socket {host}"
+    if not host:
+        where = f"the local socket (port {port})"
+    return f"{where}" + (f", database {dbname}" if dbname else "")
+
+
+class PostgresStorage(BaseStorage):
+    backend = "postgres"
+
+    def __init__(
+        self,
+        dsn: str = "",
+        *,
+        schema: str = DEFAULT_SCHEMA,
+        create: bool = False,
+        read_only: bool = False,
+        connect_timeout: int | None = None,
+    ) -> None:
+        check_dsn(dsn, "postgres")
+        self.schema = check_schema(schema, "schema")
+        self._dsn, self._connect_timeout = dsn, connect_timeout
+        self.read_only = read_only
+        self._conn: psycopg.Connection[Any] | None = None
+        self._stage_ready: bool | None = None
+        self._conn = self._connect(dsn, connect_timeout)
+        self._server = self._describe_server()
+        try:
+            from psycopg import sql
+
+            self.table = sql.Identifier(self.schema, "kv").as_string(self._conn)
+            #: The table's name for statement text (``%`` doubled for psycopg).
+            self.kv = self.table.replace("%", "%%")
+            with self._errors("open"):
+                self._check_encoding()
+                self._prepare_table(create)
+                if read_only:
+                    self._conn.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        except BaseException:
+            self.close()
+            raise
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _connect(self, dsn: str, connect_timeout: int | None) -> psycopg.Connection[Any]:
+        import psycopg
+        from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+        try:
+            params = conninfo_to_dict(dsn)
+        except psycopg.ProgrammingError as exc:
+            raise UsageError(f"postgres: invalid connection string: {_reason(exc)}") from None
+        defaults: dict[str, Any] = {
+            "application_name": "triggerfish-admin",
+            "keepalives": 1,
+            "keepalives_idle": 15,
+            "keepalives_interval": 5,
+            "keepalives_count": 3,
+        }
+        if connect_timeout is not None:
+            params["connect_timeout"] = connect_timeout
+        elif "connect_timeout" not in params and not os.environ.get("PGCONNECT_TIMEOUT"):
+            params["connect_timeout"] = DEFAULT_CONNECT_TIMEOUT
+        for key, value in defaults.items():
+            params.setdefault(key, value)
+        params["client_encoding"] = "UTF8"
+        self._params = params
+        try:
+            return psycopg.connect(make_conninfo("", **params), autocommit=True)
+        except psycopg.Error as exc:
+            raise BackendUnavailableError(
+                f"cannot connect to PostgreSQL at {_server_of(params)}: {_reason(exc)}",
+                hint="check storage.dsn, that the server runs, and PGPASSWORD/~/.pgpass",
+            ) from None
+
+    def _describe_server(self) -> str:
+        info = self.connection.info
+        host = info.host if not info.host.startswith("/") else f"[{info.host}]"
+        return f"{info.user}@{host}:{info.port}/{info.dbname}"
+
+    @property
+    def connection(self) -> psycopg.Connection[Any]:
+        if self._conn is None:
+            raise BackendUnavailableError(f"{self.describe()}: the store is closed")
+        return self._conn
+
+    def describe(self) -> str:
+        return f"postgres:{getattr(self, '_server', '?')}/{self.schema}"
+
+    def close(self) -> None:
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            # Closing a broken connection must not mask the real error.
+            with suppress(Exception):
+                conn.close()
+
+    @contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        import psycopg
+
+        try:
+            yield
+        except psycopg.Error as exc:
+            raise self._translate(exc, what) from exc
+
+    def _translate(self, exc: Exception, what: str) -> TriggerfishError:
+        import psycopg
+        from psycopg import errors
+
+        where = f"{self.describe()}: {what}"
+        reason = _reason(exc)
+        conn = self._conn
+        if isinstance(exc, psycopg.OperationalError) and (
+            conn is None or conn.closed or conn.broken or isinstance(exc, errors.AdminShutdown)
+        ):
+            return BackendUnavailableError(
+                f"{where}: connection to PostgreSQL lost: {reason}",
+                hint="work committed before the failure is kept; rerun to finish",
+            )
+        if isinstance(exc, errors.InsufficientPrivilege):
+            return BackendUnavailableError(f"{where}: permission denied: {reason}")
+        if isinstance(
+            exc,
+            (
+                errors.LockNotAvailable,
+                errors.DeadlockDetected,
+                errors.SerializationFailure,
+                errors.QueryCanceled,
+            ),
+        ):
+            return BusyError(f"{where}: {reason}", hint="retry when the other writer is done")
+        if isinstance(exc, errors.ReadOnlySqlTransaction):
+            return RefusedError(f"{where}: the store was opened read-only")
+        if isinstance(exc, psycopg.DataError):
+            return InvalidDataError(f"{where}: {reason}")
+        if isinstance(exc, psycopg.OperationalError):
+            return BackendUnavailableError(f"{where}: {reason}")
+        return TriggerfishError(f"{where}: {reason}")
+
+    def _check_encoding(self) -> None:
+        encoding = self.connection.info.parameter_status("server_encoding")
+        if encoding is not None and encoding.upper() not in ("UTF8", "UTF-8"):
+            raise InvalidDataError(
+                f"{self.describe()}: the database encoding is {encoding}, not UTF8: "
+                "it cannot hold every key",
+                hint="create the database with ENCODING 'UTF8'",
+            )
+
+    def _prepare_table(self, create: bool) -> None:
+        conn = self.connection
+        row = conn.execute("SELECT to_regclass(%s)::oid", (self.table,)).fetchone()
+        oid = row[0] if row else None
+        if oid is None:
+            if not create:
+                raise NoStoreError(
+                    f"{self.describe()}: no store there (schema {self.schema!r} has no kv table)",
+                    hint="check storage.schema; `migrate --to` or `kv import` creates it",
+                )
+            from psycopg import sql
+
+            schema = sql.Identifier(self.schema).as_string(conn).replace("%", "%%")
+            exists = conn.execute(
+                "SELECT 1 FROM pg_namespace WHERE nspname = %s", (self.schema,)
+            ).fetchone()
+            with conn.transaction():
+                if exists is None:
+                    conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self.kv} "
+                    '(key text COLLATE "C" PRIMARY KEY, value text NOT NULL)'
+                )
+            return
+        columns = {
+            name: (kind, collation, binary)
+            for name, kind, collation, binary in conn.execute(
+                "SELECT a.attname, format_type(a.atttypid, a.atttypmod), c.collname, "
+                "c.collprovider = 'c' AND c.collcollate IN ('C', 'POSIX') "
+                "FROM pg_attribute a LEFT JOIN pg_collation c ON c.oid = a.attcollation "
+                "WHERE a.attrelid = %s AND a.attnum > 0 AND NOT a.attisdropped",
+                (oid,),
+            ).fetchall()
+        }
+        if columns.get("key", ("",))[0] != "text" or columns.get("value", ("",))[0] != "text":
+            raise InvalidDataError(
+                f"{self.describe()}: table kv is not (key text, value text): "
+                "not a Triggerfish store"
+            )
+        if not columns["key"][2]:  # "C", "POSIX" or "ucs_basic": byte order
+            raise InvalidDataError(
+                f'{self.describe()}: kv.key has collation {columns["key"][1]!r}, not "C": '
+                "prefixes and key order would be wrong",
+                hint=f'ALTER TABLE {self.table} ALTER COLUMN key TYPE text COLLATE "C"',
+            )
+
+    def _ensure_stage(self) -> bool:
+        """The session's staging table for bulk upserts; False without TEMP privilege."""
+        if self._stage_ready is None:
+            from psycopg import errors
+
+            try:
+                self.connection.execute(
+                    "CREATE TEMP TABLE IF NOT EXISTS tfadmin_stage "
+                    '(key text COLLATE "C" NOT NULL, value text NOT NULL) ON COMMIT DELETE ROWS'
+                )
+                self._stage_ready = True
+            except errors.InsufficientPrivilege:
+                self._stage_ready = False  # upsert row by row (pipelined) instead
+        return self._stage_ready
+
+    @contextmanager
+    def _pipeline(self) -> Iterator[None]:
+        """libpq pipeline mode (one round trip for many statements) where libpq has it."""
+        import psycopg
+
+        if psycopg.Pipeline.is_supported():
+            with self.connection.pipeline():
+                yield
+        else:
+            yield
+
+    # -- the five -------------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        if "\x00" in key:
+            return None
+        with self._errors("get"):
+            row = self.connection.execute(
+                f"SELECT value FROM {self.kv} WHERE key = %s", (key,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def set(self, key: str, value: str) -> None:
+        _check_text(key, value)
+        with self._errors("set"):
+            self.connection.execute(
+                f"INSERT INTO {self.kv} (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                (key, value),
+            )
+
+    def delete(self, key: str) -> None:
+        if "\x00" in key:
+            return
+        with self._errors("delete"):
+            self.connection.execute(f"DELETE FROM {self.kv} WHERE key = %s", (key,))
+
+    def list(self, prefix: str | None = None) -> list[str]:
+        if prefix and "\x00" in prefix:
+            return []
+        where, params = _range(prefix)
+        with self._errors("list"):
+            rows = self.connection.execute(
+                f"SELECT key FROM {self.kv} WHERE {where} ORDER BY key", params
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    def clear(self) -> None:
+        """Delete every key: one ``TRUNCATE``, waiting at most 10 s for other writers."""
+        conn = self.connection
+        with self._errors("clear"), conn.transaction():
+            conn.execute("SET LOCAL lock_timeout = '10s'")
+            conn.execute(f"TRUNCATE {self.kv}")
+
+    # -- native admin operations ----------------------------------------------------
+
+    def _paged(
+        self, columns: str, prefix: str | None, start_after: str | None, batch_size: int
+    ) -> Iterator[tuple[Any, ...]]:
+        if prefix and "\x00" in prefix:
+            return
+        if start_after is not None and "\x00" in start_after:
+            # No key holds NUL, so no key lies between the part before it and itself.
+            start_after = start_after[: start_after.index("\x00")]
+        last = start_after
+        while True:
+            where, params = _range(prefix, last)
+            with self._errors("scan"):
+                rows = self.connection.execute(
+                    f"SELECT {columns} FROM {self.kv} WHERE {where} ORDER BY key LIMIT %s",
+                    [*params, batch_size],
+                ).fetchall()
+            yield from rows
+            if len(rows) < batch_size:
+                return
+            last = rows[-1][0]
+
+    def scan(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[tuple[str, str]]:
+        yield from self._paged("key, value", prefix, start_after, batch_size)
+
+    def scan_keys(
+        self,
+        prefix: str | None = None,
+        *,
+        start_after: str | None = None,
+        batch_size: int = DEFAULT_BATCH,
+    ) -> Iterator[str]:
+        for row in self._paged("key", prefix, start_after, max(batch_size, 5000)):
+            yield row[0]
+
+    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
+        found: dict[str, str] = {}
+        for batch in batched((k for k in keys if "\x00" not in k), 1000):
+            with self._errors("get"):
+                rows = self.connection.execute(
+                    f"SELECT key, value FROM {self.kv} WHERE key = ANY(%s)", (batch,)
+                ).fetchall()
+            found.update(rows)
+        return found
+
+    def set_many(self, items: Iterable[tuple[str, str]]) -> int:
+        """All items in one transaction (the last value of a repeated key wins)."""
+        staged = dict(items)
+        for key, value in staged.items():
+            _check_text(key, value)
+        if not staged:
+            return 0
+        conn = self.connection
+        if len(staged) < COPY_THRESHOLD:
+            self._upsert(staged)
+            return len(staged)
+        from psycopg import errors
+
+        with self._errors("write"):
+            low, high = min(staged), max(staged)
+            taken = conn.execute(
+                f"SELECT 1 FROM {self.kv} WHERE key >= %s AND key <= %s LIMIT 1", (low, high)
+            ).fetchone()
+            if taken is None:
+                try:
+                    with conn.transaction():
+                        self._copy(f"{self.kv} (key, value)", staged)
+                    return len(staged)
+                except errors.UniqueViolation:
+                    pass  # written by someone else meanwhile: upsert instead
+            if not self._ensure_stage():
+                self._upsert(staged)
+                return len(staged)
+            with conn.transaction():
+                self._copy("pg_temp.tfadmin_stage (key, value)", staged)
+                conn.execute(
+                    f"INSERT INTO {self.kv} (key, value) "
+                    "SELECT key, value FROM pg_temp.tfadmin_stage "
+                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value"
+                )
+        return len(staged)
+
+    def _upsert(self, staged: Mapping[str, str]) -> None:
+        conn = self.connection
+        with self._errors("write"), conn.transaction(), conn.cursor() as cur:
+            cur.executemany(
+                f"INSERT INTO {self.kv} (key, value) VALUES (%s, %s) "
+                "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                list(staged.items()),
+            )
+
+    def _copy(self, table: str, rows: Mapping[str, str]) -> None:
+        with (
+            self.connection.cursor() as cur,
+            cur.copy(f"COPY {table} FROM STDIN") as copy,
+        ):
+            for row in rows.items():
+                copy.write_row(row)
+
+    def _batched(
+        self,
+        statement: str,
+        batches: Iterable[Sequence[Any]],
+        pause: float,
+        on_batch: BatchCallback | None,
+    ) -> int:
+        import time
+
+        done = 0
+        for params in batches:
+            with self._errors("delete"):
+                cursor = self.connection.execute(statement, params)
+            changed = max(cursor.rowcount, 0)
+            done += changed
+            if on_batch is not None:
+                on_batch(changed)
+            if pause > 0:
+                time.sleep(pause)
+        return done
+
+    def delete_many(
+        self,
+        keys: Iterable[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        batches = (([k for k in batch if "\x00" not in k],) for batch in batched(keys, batch_size))
+        return self._batched(f"DELETE FROM {self.kv} WHERE key = ANY(%s)", batches, pause, on_batch)
+
+    def delete_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        def columns(batch: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+            kept = [(k, v) for k, v in batch if "\x00" not in k and "\x00" not in v]
+            return [k for k, _ in kept], [v for _, v in kept]
+
+        batches = (columns(batch) for batch in batched(items, batch_size))
+        return self._batched(
+            f"DELETE FROM {self.kv} AS kv USING unnest(%s::text[], %s::text[]) AS d(key, value) "
+            "WHERE kv.key = d.key AND kv.value = d.value",
+            batches,
+            pause,
+            on_batch,
+        )
+
+    def count(self, prefix: str | None = None) -> int:
+        if prefix and "\x00" in prefix:
+            return 0
+        where, params = _range(prefix)
+        with self._errors("count"):
+            row = self.connection.execute(
+                f"SELECT count(*) FROM {self.kv} WHERE {where}", params
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def prefix_stats(self, prefixes: Sequence[str]) -> dict[str, PrefixStats]:
+        """One range count per prefix, sent together in a pipeline (one round trip)."""
+        conn = self.connection
+        stats: dict[str, PrefixStats] = {}
+        with self._errors("stats"):
+            cursors = []
+            with self._pipeline():
+                for prefix in prefixes:
+                    where, params = _range(prefix)
+                    cursors.append(
+                        conn.execute(
+                            "SELECT count(*), coalesce(sum(octet_length(value)), 0) "
+                            f"FROM {self.kv} WHERE {where}",
+                            params,
+                        )
+                    )
+            for prefix, cursor in zip(prefixes, cursors, strict=True):
+                row = cursor.fetchone()
+                stats[prefix] = PrefixStats(int(row[0]), int(row[1])) if row else PrefixStats()
+        return stats
+
+    def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
+        """Group the keys in the gaps between the known prefix ranges by first segment."""
+        groups: dict[str, PrefixStats] = {}
+        with self._errors("stats"):
+            for low, high in uncovered_ranges(known):
+                where, params = _between(low, high)
+                rows = self.connection.execute(
+                    "SELECT CASE WHEN strpos(key, %s) > 0 "
+                    "THEN left(key, strpos(key, %s) + length(%s) - 1) ELSE '' END AS grp, "
+                    "count(*), coalesce(sum(octet_length(value)), 0) "
+                    f"FROM {self.kv} WHERE {where} GROUP BY grp",
+                    [sep, sep, sep, *params],
+                ).fetchall()
+                for group, count, size in rows:
+                    groups[group] = groups.get(group, PrefixStats()) + PrefixStats(
+                        int(count), int(size)
+                    )
+        return groups
+
+    # -- for migrate and tests ------------------------------------------------------
+
+    def record_checksums(
+        self, ranges: Sequence[tuple[str | None, str | None, str | None]]
+    ) -> dict[str, tuple[int, int]]:
+        """``(count, checksum)`` per namespace over key ranges, computed by the server.
+
+        Each range is ``(low, high, group)``: the keys ``low <= key < high``
+        (None: unbounded), all counted under ``group``, or with ``group``
+        None grouped by first segment (as :meth:`other_stats` does). The
+        algorithm is that of :mod:`triggerfish_cli.checksums`: per record the
+        first 64 bits of ``md5(octet_length(key) || ':' || key || value)``,
+        summed as numeric (the caller reduces it modulo 2**64).
+        """
+        part = "('x' || left(md5(octet_length(key)::text || ':' || key || value), 16))"
+        sums = f"count(*), coalesce(sum({part}::bit(64)::bigint), 0)"
+        segment = "CASE WHEN strpos(key, ':') > 0 THEN left(key, strpos(key, ':')) ELSE '' END"
+        conn = self.connection
+        found: dict[str, tuple[int, int]] = {}
+        with self._errors("checksum"):
+            cursors = []
+            with self._pipeline():
+                for low, high, group in ranges:
+                    where, params = _between(low, high)
+                    if group is not None:
+                        statement = f"SELECT %s, {sums} FROM {self.kv} WHERE {where}"
+                        params = [group, *params]
+                    else:
+                        statement = (
+                            f"SELECT {segment} AS grp, {sums} FROM {self.kv} "
+                            f"WHERE {where} GROUP BY grp"
+                        )
+                    cursors.append(conn.execute(statement, params))
+            for cursor in cursors:
+                for group, count, checksum in cursor.fetchall():
+                    if count:
+                        before = found.get(group, (0, 0))
+                        found[group] = (before[0] + int(count), before[1] + int(checksum))
+        return found
+
+    def reopen(self, *, read_only: bool = True) -> PostgresStorage:
+        """Another connection to the same store (for work on a second thread)."""
+        return PostgresStorage(
+            self._dsn,
+            schema=self.schema,
+            read_only=read_only,
+            connect_timeout=self._connect_timeout,
+        )
+
+    def backend_pid(self) -> int:
+        """The server process of this connection (fault tests terminate it)."""
+        return int(self.connection.info.backend_pid)
+
+
+def _check_text(key: str, value: str) -> None:
+    if "\x00" in key or "\x00" in value:
+        where = "key" if "\x00" in key else "value"
+        raise InvalidDataError(
+            f"{key!r}: PostgreSQL text cannot hold the NUL character in the {where}"
+        )
+
+
+def _range(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
+    """SQL condition and parameters: keys under ``prefix`` after ``start_after``."""
+    conditions: list[str] = []
+    params: list[str] = []
+    if prefix:
+        if start_after is not None and start_after >= prefix:
+            conditions.append("key > %s")
+            params.append(start_after)
+        else:
+            conditions.append("key >= %s")
+            params.append(prefix)
+        upper = prefix_upper_bound(prefix)
+        if upper is not None:
+            conditions.append("key < %s")
+            params.append(upper)
+    elif start_after is not None:
+        conditions.append("key > %s")
+        params.append(start_after)
+    return (" AND ".join(conditions) or "TRUE"), params
+
+
+def _between(low: str | None, high: str | None) -> tuple[str, list[str]]:
+    """SQL condition and parameters: ``low <= key < high`` (None: unbounded)."""
+    conditions, params = [], []
+    if low is not None:
+        conditions.append("key >= %s")
+        params.append(low)
+    if high is not None:
+        conditions.append("key < %s")
+        params.append(high)
+    return (" AND ".join(conditions) or "TRUE"), params

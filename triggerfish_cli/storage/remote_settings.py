@@ -1,0 +1,203 @@
+"""The ``storage:`` settings of the Postgres and S3 backends, and their URL forms.
+
+Kept apart from the backends so that checking a config file (``config
+validate``, ``migrate --to minio.yaml``) never imports psycopg or boto3,
+and works where they are not installed.
+
+Secrets never go in triggerfish.yaml or on the command line: a DSN with a
+password, a ``password:`` setting, or AWS credentials in the section are
+refused (exit 4) with where they belong instead.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from triggerfish_cli.errors import InvalidDataError, RefusedError
+from triggerfish_cli.settings import check_keys, positive_int
+
+DEFAULT_SCHEMA = "triggerfish"
+DEFAULT_CONNECT_TIMEOUT = 5
+#: Longest S3 store prefix accepted: the rest of the 1024 bytes is for keys.
+MAX_PREFIX = 512
+
+PASSWORD_HINT = (
+    "remove the password from the DSN and give it to libpq instead: "
+    "PGPASSWORD, ~/.pgpass (mode 0600) or a PGSERVICEFILE entry"
+)
+
+_PG_SECRETS = {"password", "pass", "passwd", "secret", "sslpassword"}
+
+CREDENTIALS_HINT = (
+    "credentials come from the standard AWS chain: AWS_PROFILE, "
+    "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, ~/.aws/credentials, SSO or an instance role"
+)
+_S3_SECRETS = {
+    "access_key",
+    "access_key_id",
+    "aws_access_key_id",
+    "secret_key",
+    "secret_access_key",
+    "aws_secret_access_key",
+    "session_token",
+    "aws_session_token",
+    "password",
+    "secret",
+}
+_BUCKET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{1,254}$")
+
+
+# -- postgres ------------------------------------------------------------------------
+
+
+def dsn_has_password(dsn: str) -> bool:
+    """Whether a libpq connection string carries a password (URL or key=value form)."""
+    text = dsn.strip()
+    if re.match(r"^postgres(?:ql)?://", text, re.IGNORECASE):
+        parts = urlsplit(text)
+        netloc = parts.netloc.rpartition("@")[0]
+        if ":" in netloc:
+            return True
+        return any(k.lower() in ("password", "sslpassword") for k, _ in parse_qsl(parts.query))
+    return re.search(r"(?:^|\s)(?:ssl)?password\s*=", text, re.IGNORECASE) is not None
+
+
+def check_dsn(dsn: str, where: str) -> None:
+    """Refuse a DSN holding a password (exit 4): secrets never go in config or argv."""
+    if dsn_has_password(dsn):
+        raise RefusedError(f"{where}: the DSN contains a password", hint=PASSWORD_HINT)
+
+
+def check_schema(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidDataError(f"{where}: must be a schema name, not {value!r}")
+    if len(value.encode("utf-8")) > 63:
+        raise InvalidDataError(f"{where}: {value!r} is longer than PostgreSQL's 63 bytes")
+    if value.lower().startswith("pg_") or "\x00" in value:
+        raise InvalidDataError(f"{where}: {value!r} is reserved by PostgreSQL")
+    return value
+
+
+def postgres_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """Validator of ``storage: {backend: postgres, dsn, schema, connect_timeout}``."""
+    secrets = sorted(str(k) for k in section if str(k).lower() in _PG_SECRETS)
+    if secrets:
+        raise RefusedError(
+            f"storage.{secrets[0]}: passwords never go in triggerfish.yaml", hint=PASSWORD_HINT
+        )
+    check_keys(section, {"backend", "dsn", "schema", "connect_timeout"}, "storage")
+    options: dict[str, Any] = {}
+    dsn = section.get("dsn", "")
+    if dsn is None:
+        dsn = ""
+    if not isinstance(dsn, str):
+        raise InvalidDataError(f"storage.dsn: must be a connection string, not {dsn!r}")
+    check_dsn(dsn, "storage.dsn")
+    options["dsn"] = dsn
+    if "schema" in section:
+        options["schema"] = check_schema(section["schema"], "storage.schema")
+    if "connect_timeout" in section:
+        options["connect_timeout"] = positive_int(
+            section["connect_timeout"], "storage.connect_timeout"
+        )
+    return options
+
+
+def split_postgres_url(url: str) -> tuple[str, str | None]:
+    """``postgresql://h/db?schema=s`` -> (DSN without ``schema``, ``s``).
+
+    ``schema`` is ours, not libpq's: it is taken out of the query string.
+    """
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = None
+    kept = []
+    for key, value in query:
+        if key == "schema":
+            schema = unquote(value)
+        else:
+            kept.append(f"{key}={value}")
+    return parts._replace(query="&".join(kept)).geturl(), schema
+
+
+# -- s3 --------------------------------------------------------------------------------
+
+
+def check_bucket(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not _BUCKET.match(value):
+        raise InvalidDataError(f"{where}: not a bucket name: {value!r}")
+    return str(value)
+
+
+def normalize_prefix(value: Any, where: str) -> str:
+    """``"prod"`` -> ``"prod/"``; ``""`` -> ``""`` (the bucket's root)."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InvalidDataError(f"{where}: must be a key prefix, not {value!r}")
+    if value.startswith("/") or "//" in value:
+        raise InvalidDataError(f"{where}: {value!r} must not start with / or contain //")
+    if value and not value.endswith("/"):
+        value += "/"
+    if len(value.encode("utf-8")) > MAX_PREFIX:
+        raise InvalidDataError(f"{where}: longer than {MAX_PREFIX} bytes")
+    return str(value)
+
+
+def check_endpoint(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise InvalidDataError(f"{where}: must be a URL, not {value!r}")
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise InvalidDataError(f"{where}: must be an http(s):// URL, not {value!r}")
+    if parts.username or parts.password:
+        raise RefusedError(f"{where}: credentials never go in the URL", hint=CREDENTIALS_HINT)
+    return value
+
+
+def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    """Validator of ``storage: {backend: s3, bucket, prefix, endpoint_url, region}``."""
+    secrets = sorted(str(k) for k in section if str(k).lower() in _S3_SECRETS)
+    if secrets:
+        raise RefusedError(
+            f"storage.{secrets[0]}: credentials never go in triggerfish.yaml",
+            hint=CREDENTIALS_HINT,
+        )
+    check_keys(
+        section,
+        {"backend", "bucket", "prefix", "endpoint_url", "region", "connect_timeout"},
+        "storage",
+    )
+    if "bucket" not in section:
+        raise InvalidDataError("storage.bucket: required for the s3 backend")
+    options: dict[str, Any] = {
+        "bucket": check_bucket(section["bucket"], "storage.bucket"),
+        "prefix": normalize_prefix(section.get("prefix"), "storage.prefix"),
+    }
+    if section.get("endpoint_url") is not None:
+        options["endpoint_url"] = check_endpoint(section["endpoint_url"], "storage.endpoint_url")
+    if section.get("region") is not None:
+        region = section["region"]
+        if not isinstance(region, str) or not re.match(r"^[a-z0-9-]+$", region):
+            raise InvalidDataError(f"storage.region: not a region name: {region!r}")
+        options["region"] = region
+    if "connect_timeout" in section:
+        options["connect_timeout"] = positive_int(
+            section["connect_timeout"], "storage.connect_timeout"
+        )
+    return options
+
+
+def parse_s3_url(url: str) -> dict[str, Any]:
+    """``s3://bucket/some/prefix`` -> options (endpoint and region from the AWS env)."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise InvalidDataError(f"{url}: expected s3://bucket/prefix")
+    return {
+        "bucket": check_bucket(parts.netloc, url),
+        "prefix": normalize_prefix(parts.path.lstrip("/"), url),
+    }
