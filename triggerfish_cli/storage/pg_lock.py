@@ -43,7 +43,7 @@ def _holder(conn: Any, key: int) -> str:
         row = conn.execute(
             "SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), "
             "'local'), to_char(a.backend_start AT TIME ZONE 'UTC', "
-            "'YYYY-MM-DD\"T\"HH24:MI:SS\"Z\"') "
+            '\'YYYY-MM-DD"T"HH24:MI:SS"Z"\') '
             "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
             "AND l.classid::bigint = %s AND l.objid::bigint = %s LIMIT 1",

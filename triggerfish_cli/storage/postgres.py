@@ -566,7 +566,7 @@ class PostgresStorage(BaseStorage):
         conn = self.connection
         for chunk in batched(probes, 500):
             with self._errors("probe"):
-                cursors = []
+                cursors: builtins.list[psycopg.Cursor[Any] | None] = []
                 with self._pipeline():
                     for prefix, after in chunk:
                         if "\x00" in prefix:

@@ -104,9 +104,8 @@ def lease(
     while True:
         try:
             with errors("lock"):
-                etag = client.put_object(
-                    Bucket=bucket, Key=key, Body=body(), IfNoneMatch="*"
-                )["ETag"]
+                created = client.put_object(Bucket=bucket, Key=key, Body=body(), IfNoneMatch="*")
+            etag = str(created["ETag"])
             break
         except precondition:
             pass
