@@ -127,8 +127,11 @@ def test_man_page_examples_are_real_commands() -> None:
                     assert word in opts | root_opts, (line, word)
     man = (ROOT / "man" / "triggerfish-admin.1").read_text()
     assert "retention sweep \\-\\-yes \\-\\-quiet" in man
-    for needed in ("triggerfish-admin retention sweep", "triggerfish-admin memory search",
-                   "triggerfish-admin config rollback"):
+    for needed in (
+        "triggerfish-admin retention sweep",
+        "triggerfish-admin memory search",
+        "triggerfish-admin config rollback",
+    ):
         assert needed in commands
 
 

@@ -11,10 +11,10 @@ import typer
 from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.options import (
     DryRunOpt,
-    complete_config_version,
     FormatOpt,
     QuietOpt,
     YesOpt,
+    complete_config_version,
     fmt_value,
     sub_app,
 )
