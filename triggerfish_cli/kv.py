@@ -195,15 +195,23 @@ def plan_prefix_delete(provider: StorageProvider, prefix: str) -> PrefixPlan:
     return PrefixPlan(prefix, list(provider.scan_keys(prefix)))
 
 
+#: Rest between two delete transactions of a prefix delete (seconds). The
+#: gateway sets no busy timeout: a write of its that meets our lock fails, so
+#: back-to-back transactions would leave it almost no way in. As the sweep's.
+LIVE_PAUSE = 0.03
+
+
 def delete_prefix(
     provider: StorageProvider,
     plan: PrefixPlan,
     *,
     on_batch: Any = None,
+    pause: float = LIVE_PAUSE,
 ) -> int:
+    """Delete the keys of ``plan`` in short transactions, resting ``pause`` between them."""
     deleted = 0
     try:
-        deleted = provider.delete_many(plan.keys, on_batch=on_batch)
+        deleted = provider.delete_many(plan.keys, pause=pause, on_batch=on_batch)
     finally:
         if deleted:
             audit.record(

@@ -65,7 +65,7 @@ class Pacing:
     #: Most records per write transaction.
     batch_size: int = 2000
     #: Aim: hold the write lock at most this long per transaction (seconds).
-    max_lock: float = 0.04
+    max_lock: float = 0.06
     #: Fixed rest after each transaction; None: long enough for a writer that
     #: waited on us to get in (see :func:`writer_gap`).
     pause: float | None = None

@@ -220,6 +220,42 @@ def test_delete_prefix_touches_nothing_else(cli: CliFn, gateway_db: Path) -> Non
     assert record["counts"] == {"planned": 2, "deleted": 2} and record["target"] == "conv:"
 
 
+def test_delete_prefix_rests_between_transactions(
+    cli: CliFn, gateway_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway has no busy timeout: a prefix delete leaves it room between its batches."""
+    import itertools
+    import time
+
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    seed_rows = {f"bulk:{n:05d}": "x" for n in range(2500)}
+    with SqliteStorage(gateway_db) as provider:
+        provider.set_many(seed_rows.items())
+    commits: list[tuple[float, int]] = []
+    real = SqliteStorage.transaction
+
+    def spy(self: SqliteStorage, *args: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        import contextlib
+
+        @contextlib.contextmanager
+        def wrapped():  # type: ignore[no-untyped-def]
+            with real(self, *args, **kwargs) as conn:  # type: ignore[arg-type]
+                yield conn
+            commits.append((time.monotonic(), len(commits)))
+
+        return wrapped()
+
+    monkeypatch.setattr(SqliteStorage, "transaction", spy)
+    result = cli("kv", "delete", "--prefix", "bulk:", "--yes", "--pause", "0.05", "-f", "json")
+    assert result.exit_code == 0 and result.json()["deleted"] == 2500
+    deletes = [at for at, _ in commits][:3]  # 1000 + 1000 + 500 keys, then the audit record
+    assert len(commits) >= 3
+    assert all(b - a >= 0.05 for a, b in itertools.pairwise(deletes))
+    with SqliteStorage(gateway_db) as provider:
+        assert provider.count("bulk:") == 0 and provider.count("conv:") == 2
+
+
 def test_delete_prefix_is_literal(cli: CliFn, store: StoreHandle) -> None:
     seed(store, {"a_1": "x", "ab1": "x", "A_1": "x"})
     cli(*store.args, "kv", "delete", "--prefix", "a_", "--yes")

@@ -100,6 +100,41 @@ def test_man_page_is_complete() -> None:
         assert f"\\fB{variable.replace('-', '')}\\fR" in man, variable
 
 
+def test_man_page_examples_are_real_commands() -> None:
+    """Each EXAMPLES line names an existing command, and only options that command has."""
+    import shlex
+
+    from triggerfish_cli.cli.reference import EXAMPLES
+
+    nodes = {node["path"]: node for node in walk(command_tree())}
+    root_opts = {opt for param in nodes["triggerfish-admin"]["params"] for opt in param["opts"]}
+    captions = " ".join(caption for caption, _ in EXAMPLES)
+    for needed in ("cron", "memory", "INTERNAL", "Roll"):
+        assert needed in captions, needed
+    commands = set()
+    for _, text in EXAMPLES:
+        for line in text.splitlines():
+            words = shlex.split(line.split(">")[0])
+            words = words[words.index("triggerfish-admin") :]
+            path = " ".join(w for w in words[:3] if not w.startswith("-"))
+            while path not in nodes:
+                path = path.rsplit(" ", 1)[0]
+            assert path.count(" ") == 2, line  # a group and its command
+            commands.add(path)
+            opts = {opt for param in nodes[path]["params"] for opt in param["opts"]}
+            for word in words:
+                if word.startswith("-"):
+                    assert word in opts | root_opts, (line, word)
+    man = (ROOT / "man" / "triggerfish-admin.1").read_text()
+    assert "retention sweep \\-\\-yes \\-\\-quiet" in man
+    for needed in (
+        "triggerfish-admin retention sweep",
+        "triggerfish-admin memory search",
+        "triggerfish-admin config rollback",
+    ):
+        assert needed in commands
+
+
 def test_man_page_renders_without_warnings() -> None:
     if shutil.which("groff") is None or shutil.which("man") is None:
         unavailable("groff and man are not installed")
@@ -155,10 +190,17 @@ t triggerfish-admin kv list --k
 t triggerfish-admin --backend ""
 t triggerfish-admin memory search --taint C
 t triggerfish-admin memory ""
+t triggerfish-admin config show ""
+t triggerfish-admin config rollback v
+t triggerfish-admin config diff 1
 """
 
 
-def test_bash_completion_in_a_real_bash(gateway_db: Path) -> None:
+def test_bash_completion_in_a_real_bash(gateway_db: Path, base_dir: Path, cli: CliFn) -> None:
+    config = base_dir / "triggerfish.yaml"
+    for n in range(1, 13):  # 12 snapshots: the 10 newest stay, v3..v12
+        config.write_text(f"models:\n  primary: model-{n}\n", encoding="utf-8")
+        assert cli("config", "snapshot").exit_code == 0
     script = ROOT / "completions" / "triggerfish-admin.bash"
     result = subprocess.run(
         ["bash", "--norc", "-c", BASH, "bash", str(script)],
@@ -178,23 +220,68 @@ def test_bash_completion_in_a_real_bash(gateway_db: Path) -> None:
     assert lines[6].split() == ["CONFIDENTIAL"]
     assert {"search", "get", "list", "save", "delete"} <= set(lines[7].split())
     assert {"kv", "memory", "config"} <= set(lines[0].split())
+    versions = [str(n) for n in range(3, 13)]
+    assert sorted(lines[8].split(), key=int) == versions  # read from the store, newest kept
+    assert sorted(lines[9].split(), key=lambda v: int(v[1:])) == [f"v{n}" for n in versions]
+    assert lines[10].split() == ["10", "11", "12"]
+
+
+def test_version_completion_never_creates_a_store(base_dir: Path) -> None:
+    script = ROOT / "completions" / "triggerfish-admin.bash"
+    code = BASH.split("t triggerfish-admin")[0] + 't triggerfish-admin config show ""\n'
+    result = subprocess.run(
+        ["bash", "--norc", "-c", code, "bash", str(script)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == ""
+    assert not (base_dir / "data" / "triggerfish.db").exists()
+
+
+ZSH = r"""
+autoload -U compinit; compinit -u; source "$1"
+_arguments() { print -r -- "$@" }
+t() { words=("$@"); CURRENT=${#words}; _triggerfish_admin_completion }
+t triggerfish-admin kv l
+t triggerfish-admin kv list --namespace lin
+t triggerfish-admin config show ''
+"""
+
+FISH = r"""
+source $argv[1]
+for line in 'triggerfish-admin kv l' 'triggerfish-admin kv list --namespace lin' \
+            'triggerfish-admin config show '
+    complete -C "$line" | string split -f1 \t | sort | string join ' '
+end
+"""
 
 
 @pytest.mark.parametrize("shell", ["zsh", "fish"])
-def test_other_shells_load_the_script(shell: str) -> None:
+def test_other_shells_complete_in_a_real_shell(
+    shell: str, gateway_db: Path, base_dir: Path, cli: CliFn
+) -> None:
     if shutil.which(shell) is None:
         unavailable(f"{shell} is not installed (.ci/run installs it)")
+    config = base_dir / "triggerfish.yaml"
+    for n in (1, 2):
+        config.write_text(f"models:\n  primary: model-{n}\n", encoding="utf-8")
+        assert cli("config", "snapshot").exit_code == 0
     name = "_triggerfish-admin" if shell == "zsh" else "triggerfish-admin.fish"
     script = ROOT / "completions" / name
-    if shell == "fish":
-        code = f"source {script}; complete -C 'triggerfish-admin kv l'"
-    else:
-        code = (
-            f"autoload -U compinit; compinit -u; source {script}; "
-            "whence -w _triggerfish_admin_completion"
-        )
+    args = ["zsh", "-f", "-c", ZSH, "zsh"] if shell == "zsh" else ["fish", "-c", FISH, "--"]
     result = subprocess.run(
-        [shell, "-c", code], capture_output=True, text=True, timeout=120, env=_env()
+        [*args, str(script)], capture_output=True, text=True, timeout=120, env=_env()
     )
     assert result.returncode == 0, result.stderr
-    assert ("list" in result.stdout) if shell == "fish" else ("function" in result.stdout)
+    lines = result.stdout.splitlines()
+    if shell == "zsh":  # typer hands zsh one _arguments spec per call
+        assert lines[0].startswith("*: :((") and '"list"' in lines[0]
+        assert '"lineage-session"' in lines[1] and '"sessions"' not in lines[1]
+        assert lines[2] == '*: :(("2" "1"))'
+    else:
+        assert "list" in lines[0].split()
+        assert lines[1].split() == ["lineage", "lineage-fwd", "lineage-hash", "lineage-session"]
+        assert lines[2].split() == ["1", "2"]

@@ -14,6 +14,7 @@ from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,
     YesOpt,
+    complete_config_version,
     fmt_value,
     sub_app,
 )
@@ -32,7 +33,11 @@ app = sub_app(
 
 VersionArg = Annotated[
     str | None,
-    typer.Argument(help="A version: 13 or v13 (default: see the command).", show_default=False),
+    typer.Argument(
+        help="A version: 13 or v13 (default: see the command).",
+        show_default=False,
+        autocompletion=complete_config_version,
+    ),
 ]
 ReasonOpt = Annotated[
     str | None,
@@ -195,12 +200,18 @@ def diff_cmd(
     ctx: typer.Context,
     a: Annotated[
         str | None,
-        typer.Argument(help="From: a version, or `current` (default: the newest).", metavar="[A]"),
+        typer.Argument(
+            help="From: a version, or `current` (default: the newest).",
+            metavar="[A]",
+            autocompletion=complete_config_version,
+        ),
     ] = None,
     b: Annotated[
         str | None,
         typer.Argument(
-            help="To: a version, or `current`: the file on disk (default).", metavar="[B]"
+            help="To: a version, or `current`: the file on disk (default).",
+            metavar="[B]",
+            autocompletion=complete_config_version,
         ),
     ] = None,
     fmt: FormatOpt = None,
@@ -276,6 +287,7 @@ def rollback_cmd(
             help="The version to restore: 13 or v13 (default: the version before the newest, "
             "i.e. the newest one that differs from the file).",
             show_default=False,
+            autocompletion=complete_config_version,
         ),
     ] = None,
     secrets_from_current: Annotated[

@@ -255,6 +255,16 @@ def delete_cmd(
             "--prefix", "-p", help="Delete every key under this literal prefix.", show_default=False
         ),
     ] = None,
+    pause: Annotated[
+        float,
+        typer.Option(
+            "--pause",
+            min=0,
+            metavar="SECONDS",
+            help="With --prefix: rest between two delete transactions of 1000 keys, so the "
+            "gateway's own writes get in.",
+        ),
+    ] = 0.03,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,
@@ -303,7 +313,7 @@ def delete_cmd(
         what=f"deleting {plan.count} key(s)",
     )
     with out.progress("deleting", total=plan.count) as bar:
-        summary["deleted"] = kv.delete_prefix(provider, plan, on_batch=bar.advance)
+        summary["deleted"] = kv.delete_prefix(provider, plan, on_batch=bar.advance, pause=pause)
     _report(out, summary, f"deleted {summary['deleted']} key(s) under {prefix!r}")
 
 

@@ -72,6 +72,36 @@ def complete_namespace(incomplete: str) -> list[str]:
     return [ns.name for ns in NAMESPACES if ns.name.startswith(incomplete)]
 
 
+def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of the config version numbers stored in the store.
+
+    Completion runs before any command callback, so the store is resolved
+    from the root's parsed options (--db, --config, --backend and their
+    environment variables). It never creates a store, and any failure
+    (no store, server down, broken config) completes nothing.
+    """
+    from triggerfish_cli.cli.context import AppState
+
+    params = ctx.find_root().params
+    st = AppState(db=params.get("db"), config=params.get("config"), backend=params.get("backend"))
+    try:
+        import dataclasses
+
+        from triggerfish_cli.config_versions import version_numbers
+        from triggerfish_cli.storage.factory import open_provider
+
+        config = dataclasses.replace(st.storage_config(), create_if_missing=False)
+        st._providers.append(open_provider(config))
+        numbers = version_numbers(st.provider())
+    except Exception:  # completion must never print a traceback into the shell
+        return []
+    finally:
+        st.close()
+    bare = incomplete[1:] if incomplete[:1] in ("v", "V") else incomplete
+    prefix = incomplete[:1] if bare != incomplete else ""
+    return [f"{prefix}{n}" for n in reversed(numbers) if str(n).startswith(bare)]
+
+
 def complete_level(incomplete: str) -> list[str]:
     """Shell completion of classification levels."""
     from triggerfish_cli.classification import LEVEL_NAMES

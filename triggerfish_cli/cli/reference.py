@@ -55,6 +55,29 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
         "triggerfish-admin kv delete --prefix 'pairing:pending:' --dry-run\n"
         "triggerfish-admin kv delete --prefix 'pairing:pending:' --yes",
     ),
+    (
+        "A nightly retention sweep from cron: silent on success, so cron mails only failures; "
+        "it waits up to 10 minutes for a running sweep and stops before deleting anything "
+        "when the plan is implausibly large:",
+        "17 3 * * *  triggerfish-admin retention sweep --yes --quiet --max-delete 500000 "
+        "--wait 600",
+    ),
+    (
+        "See what a sweep would delete, key by key, without writing anything:",
+        "triggerfish-admin retention plan --list",
+    ),
+    (
+        "Search the agent's memory as a session at INTERNAL would (nothing above INTERNAL "
+        "is returned or counted):",
+        "triggerfish-admin memory search acme stack --taint INTERNAL --limit 5",
+    ),
+    (
+        "Roll triggerfish.yaml back to version 12 after looking at the change:",
+        "triggerfish-admin config history\n"
+        "triggerfish-admin config diff v12 current\n"
+        "triggerfish-admin config rollback v12 --dry-run\n"
+        "triggerfish-admin config rollback v12 --yes",
+    ),
 )
 
 
