@@ -156,23 +156,42 @@ def test_drift_from_writes_behind_our_back_and_reindex(
 ) -> None:
     pg.set_many(current_rows().items())
     memory_upkeep.reindex(pg, taint=RES)
-    # The gateway rewrites a record and saves another directly in kv.
-    pg.set(
-        mkey(MAIN, "INTERNAL", "trigger:instructions"),
-        memory_record("trigger:instructions", "INTERNAL", "Check the agenda at noon"),
-    )
-    pg.set(mkey(CRON, "PUBLIC", "sunrise"), memory_record("sunrise", "PUBLIC", "sunrise report"))
-    pg.delete(mkey(MAIN, "PUBLIC", "user-name"))
-    stale = find(pg, "calendar", INT)
-    assert stale.hits == [] and stale.stale == 1
-    assert find(pg, "sunrise", PUB, agent=CRON).hits == []  # not indexed yet
+
+    def gateway_writes() -> None:
+        """The gateway rewrites a record, saves another and soft-deletes a third, in kv."""
+        pg.set(
+            mkey(MAIN, "INTERNAL", "trigger:instructions"),
+            memory_record("trigger:instructions", "INTERNAL", "Check the agenda at noon"),
+        )
+        pg.set(
+            mkey(CRON, "PUBLIC", "sunrise"), memory_record("sunrise", "PUBLIC", "sunrise report")
+        )
+        pg.set(
+            mkey(MAIN, "PUBLIC", "user-name"),
+            memory_record("user-name", "PUBLIC", "User's name is Alice Chen", expired=True),
+        )
+
+    gateway_writes()
     drift = memory_upkeep.reindex(pg, taint=RES, dry_run=True)
     assert (drift.missing, drift.stale, drift.orphaned) == (1, 1, 1)
-    memory_upkeep.reindex(pg, taint=RES)
+    # A read-only session cannot bring the index in step: stale rows are skipped.
+    from triggerfish_cli.memory_index import SearchRequest
+    from triggerfish_cli.memory_pg import for_postgres
+
+    reader = for_postgres(pg.reopen(read_only=True))
+    stale = reader.search(SearchRequest("calendar", False, INT, MAIN, None, 10))
+    assert stale.hits == [] and stale.stale == 1
+    assert reader.search(SearchRequest("sunrise", False, PUB, CRON, None, 10)).hits == []
+    reader.storage.close()
+    # A search that can write indexes what the gateway wrote first: it sees what get sees.
     assert [h.record.key for h in find(pg, "agenda", INT).hits] == ["trigger:instructions"]
-    assert find(pg, "calendar", INT).hits == []
     assert [h.record.key for h in find(pg, "sunrise", PUB, agent=CRON).hits] == ["sunrise"]
+    assert find(pg, "calendar", INT).hits == [] and find(pg, "calendar", INT).stale == 0
     assert memory_upkeep.reindex(pg, taint=RES, dry_run=True).to_fix == 0
+    # So does memory reindex, for the same writes.
+    pg.set(mkey(CRON, "PUBLIC", "sunrise"), memory_record("sunrise", "PUBLIC", "sunset report"))
+    assert memory_upkeep.reindex(pg, taint=RES).fixed == 1
+    assert [h.record.key for h in find(pg, "sunset", PUB, agent=CRON).hits] == ["sunrise"]
     with postgres.connect() as conn:
         columns = conn.execute(
             "SELECT column_name, data_type FROM information_schema.columns "

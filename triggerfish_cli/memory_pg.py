@@ -15,8 +15,9 @@ Saves and deletes through our core write kv and the row in one transaction
 (the kv row locked with ``FOR UPDATE``); ``memory reindex`` creates the
 table and brings it in step with kv. Until it exists, search scans (the
 :class:`~triggerfish_cli.memory_index.ScanIndex`), as on SQLite without the
-gateway's tables. The gateway does not know the table: what it saves
-directly is found once ``memory reindex`` ran (run it from cron).
+gateway's tables. The gateway does not know the table: each search first
+indexes what it wrote directly to kv (:meth:`PgFtsIndex.catch_up`), so
+search sees what ``memory get`` sees.
 
 Plain-word queries: each word becomes ``phraseto_tsquery('english', word)``
 (so its tokens must occur in that order, like an FTS5 string), all of them
@@ -155,6 +156,8 @@ class PgFtsIndex:
         if "\x00" in request.text:
             raise UsageError("the query holds a NUL character")
         query, params = self._query(request)
+        if not self.storage.read_only:
+            self.catch_up()
         levels = visible_levels(request.taint)
         where = ["f.document @@ q.q", "f.classification = ANY(%s)"]
         filters: list[Any] = [[level.name for level in levels]]
@@ -235,6 +238,45 @@ class PgFtsIndex:
             seen.add(skey)
             snippet, spans = split_snippet(marked or "")
             result.hits.append(Hit(record, float(score), snippet, spans))
+
+    def catch_up(self) -> int:
+        """Index what was written to kv behind our back (by the gateway); the count fixed.
+
+        Two anti-joins find the rows out of step: memories in kv that look live
+        (``"expired":false``, as the gateway writes it; parsing decides) whose
+        value is not the one indexed, and index rows whose kv value changed or
+        vanished. Only those are rewritten, in one short transaction, so a search
+        on Postgres always sees what ``memory get`` sees. Skipped on a read-only
+        store (the rows then stay stale until ``memory reindex``).
+        """
+        kv, conn = self.storage.kv, self.storage.connection
+        with self.storage._errors("memory index catch-up"):
+            rows = conn.execute(
+                f"SELECT k.key FROM {kv} k LEFT JOIN {self.name} f ON f.storage_key = k.key "
+                "WHERE k.key >= %s AND k.key < %s AND strpos(k.value, %s) > 0 "
+                "AND f.record_json IS DISTINCT FROM k.value "
+                f"UNION SELECT f.storage_key FROM {self.name} f "
+                f"LEFT JOIN {kv} k ON k.key = f.storage_key "
+                "WHERE k.value IS DISTINCT FROM f.record_json",
+                (PREFIX, PREFIX[:-1] + ";", '"expired":false'),
+            ).fetchall()
+        keys = sorted(row[0] for row in rows)
+        for start in range(0, len(keys), BATCH):
+            self._resync(keys[start : start + BATCH], "memory index catch-up")
+        return len(keys)
+
+    def _resync(self, keys: Sequence[str], what: str) -> None:
+        """Rewrite the rows of ``keys`` from kv as it is now, in one transaction."""
+        with self._transaction(what) as conn:
+            # Read kv inside the transaction: the gateway may have written since.
+            current = dict(
+                conn.execute(
+                    f"SELECT key, value FROM {self.storage.kv} WHERE key = ANY(%s) FOR SHARE",
+                    (list(keys),),
+                ).fetchall()
+            )
+            for skey in keys:
+                self._index(conn, skey, current.get(skey))
 
     # -- writes ---------------------------------------------------------------------
 
@@ -365,16 +407,7 @@ class PgFtsIndex:
         drift, fix = self._survey(levels, None)
         for start in range(0, len(fix), BATCH):
             batch = fix[start : start + BATCH]
-            with self._transaction("memory reindex") as conn:
-                # Read kv again inside the transaction: the gateway may have written since.
-                current = dict(
-                    conn.execute(
-                        f"SELECT key, value FROM {self.storage.kv} WHERE key = ANY(%s) FOR SHARE",
-                        (batch,),
-                    ).fetchall()
-                )
-                for skey in batch:
-                    self._index(conn, skey, current.get(skey))
+            self._resync(batch, "memory reindex")
             drift.fixed += len(batch)
             if on_batch is not None:
                 on_batch(len(batch))
