@@ -242,22 +242,24 @@ class PgFtsIndex:
     def catch_up(self) -> int:
         """Index what was written to kv behind our back (by the gateway); the count fixed.
 
-        Two anti-joins find the rows out of step: memories in kv that look live
-        (``"expired":false``, as the gateway writes it; parsing decides) whose
-        value is not the one indexed, and index rows whose kv value changed or
-        vanished. Only those are rewritten, in one short transaction, so a search
-        on Postgres always sees what ``memory get`` sees. Skipped on a read-only
-        store (the rows then stay stale until ``memory reindex``).
+        One full join of the memory range of kv with the index (a hash join,
+        one pass over each) finds the rows out of step: memories in kv that
+        look live (``"expired":false``, as the gateway writes it; parsing
+        decides) and are not indexed, index rows whose kv value changed, and
+        index rows whose kv row is gone. Only those are rewritten, in one short
+        transaction, so a search on Postgres always sees what ``memory get``
+        sees. Skipped on a read-only store (the rows then stay stale until
+        ``memory reindex``).
         """
         kv, conn = self.storage.kv, self.storage.connection
         with self.storage._errors("memory index catch-up"):
             rows = conn.execute(
-                f"SELECT k.key FROM {kv} k LEFT JOIN {self.name} f ON f.storage_key = k.key "
-                "WHERE k.key >= %s AND k.key < %s AND strpos(k.value, %s) > 0 "
-                "AND f.record_json IS DISTINCT FROM k.value "
-                f"UNION SELECT f.storage_key FROM {self.name} f "
-                f"LEFT JOIN {kv} k ON k.key = f.storage_key "
-                "WHERE k.value IS DISTINCT FROM f.record_json",
+                "SELECT coalesce(k.key, f.storage_key) FROM "
+                f"(SELECT key, value FROM {kv} WHERE key >= %s AND key < %s) AS k "
+                f"FULL JOIN {self.name} AS f ON f.storage_key = k.key "
+                "WHERE CASE WHEN k.key IS NULL THEN true "  # its kv row is gone
+                "WHEN f.storage_key IS NULL THEN strpos(k.value, %s) > 0 "  # not indexed
+                "ELSE f.record_json <> k.value END",  # changed since
                 (PREFIX, PREFIX[:-1] + ";", '"expired":false'),
             ).fetchall()
         keys = sorted(row[0] for row in rows)
@@ -411,6 +413,9 @@ class PgFtsIndex:
             drift.fixed += len(batch)
             if on_batch is not None:
                 on_batch(len(batch))
+        if fix:  # fresh planner statistics for the searches and catch-ups that follow
+            with self.storage._errors("memory reindex"):
+                self.storage.connection.execute(f"ANALYZE {self.name}")
         return drift
 
 
