@@ -42,7 +42,8 @@ def _holder(conn: Any, key: int) -> str:
     with suppress(Exception):
         row = conn.execute(
             "SELECT a.pid, coalesce(a.application_name, ''), coalesce(host(a.client_addr), "
-            "'local'), to_char(a.backend_start AT TIME ZONE 'UTC', "
+            "CASE WHEN a.client_port = -1 THEN 'a Unix socket' ELSE 'an unknown address' END), "
+            "to_char(a.backend_start AT TIME ZONE 'UTC', "
             '\'YYYY-MM-DD"T"HH24:MI:SS"Z"\') '
             "FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
             "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 "
