@@ -42,6 +42,7 @@ from triggerfish_cli.errors import (
     NotFoundError,
     RefusedError,
     TriggerfishError,
+    UsageError,
 )
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -136,14 +137,22 @@ def plan_rollback(
     supply: SecretSupply | None = None,
     redact: bool = False,
     dry_run: bool = False,
+    storage: str = "refuse",
 ) -> RollbackPlan:
     """Decide everything a rollback will do; write nothing.
 
     Refuses (exit 4) when the current file holds plain-text secrets and must
     be snapshotted without ``redact``, or when the target's redacted values
     are not supplied (a dry run lists them in ``secrets_missing`` instead);
-    exit 8 when the text to write is not valid.
+    exit 8 when the text to write is not valid. When the version's storage:
+    section differs from the file's, ``storage`` decides (see
+    :mod:`~triggerfish_cli.config_storage`): refuse (exit 4; a dry run
+    warns), keep the file's section, or switch to the version's.
     """
+    from triggerfish_cli import config_storage
+
+    if storage not in config_storage.CHOICES:
+        raise UsageError(f"--storage must be one of {', '.join(config_storage.CHOICES)}")
     supply = supply or SecretSupply()
     listing = list_versions(provider)
     current = read_config(config_path, missing_ok=True)
@@ -160,8 +169,36 @@ def plan_rollback(
 
     values, supplied, missing = _gather_secrets(version, current, supply, dry_run)
     new_text = secrets_guard.restore(version.yaml, list(version.redacted), values)
+    before = config_storage.section_of(current.text if current is not None else None)
+    after = config_storage.section_of(new_text)
+    storage_note: str | None = None
+    change = ""
+    if config_storage.readable(before) and config_storage.readable(after) and before != after:
+        change = (
+            f"v{version.number} has {config_storage.describe(after)} where {config_path.name} "
+            f"has {config_storage.describe(before)}"
+        )
+        if storage == "keep":
+            new_text = config_storage.keep_current(new_text, current.text if current else None)
+            storage_note = f"{change}: keeping the file's storage: section (--storage keep)"
+        elif storage == "switch":
+            storage_note = (
+                f"{change}: the rollback switches the store (--storage switch); this tool and "
+                "the gateway use the other store from their next start"
+            )
+        else:
+            storage_note = f"{change}: the rollback will be refused without --storage keep|switch"
     report = config_diff.check_writable(new_text, config_path, f"v{version.number}")
     warnings = [f"v{version.number}: {problem}" for problem in report.warnings]
+    if storage_note is not None:
+        if storage == "refuse" and not dry_run:
+            raise RefusedError(
+                f"{change}: rolling back would move this tool "
+                "and the gateway to another store; nothing was written",
+                hint="--storage keep rolls back everything else and keeps the current section; "
+                "--storage switch takes the version's",
+            )
+        warnings.append(storage_note)
 
     record_scan = secrets_guard.scan(new_text)
     extra = [f for f in record_scan.findings if f.describe() not in set(supplied)]
@@ -199,27 +236,7 @@ def plan_rollback(
         plan.changes = config_diff.changes(shown_current, shown_new, label, f"v{version.number}")
     except InvalidDataError:
         plan.changes = None  # the current file is not valid YAML: the text diff says it all
-    before, after = _section(masked_current, "storage"), _section(shown_new, "storage")
-    if current is not None and _UNREADABLE not in (before, after) and before != after:
-        plan.warnings.append(
-            "the storage: section changes: after the rollback this tool may open a different "
-            "store than the one holding these versions"
-        )
     return plan
-
-
-_UNREADABLE = object()
-
-
-def _section(text: str | None, name: str) -> Any:
-    if text is None:
-        return None
-    try:
-        from triggerfish_cli.settings import parse_yaml_mapping
-
-        return parse_yaml_mapping(text, "config").get(name)
-    except InvalidDataError:
-        return _UNREADABLE
 
 
 def _gather_secrets(

@@ -173,7 +173,10 @@ class MemoryIndex(Protocol):
 
 
 #: backend name -> "module:function(provider) -> MemoryIndex", imported lazily.
-_INDEXES: dict[str, str] = {"sqlite": "triggerfish_cli.memory_fts:for_sqlite"}
+_INDEXES: dict[str, str] = {
+    "sqlite": "triggerfish_cli.memory_fts:for_sqlite",
+    "postgres": "triggerfish_cli.memory_pg:for_postgres",
+}
 
 
 def register_index(backend: str, target: str) -> None:

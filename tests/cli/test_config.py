@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliFn, StoreHandle
-from tests.helpers.gateway import dump_tables
 
 BASE_CONFIG = """\
 # Triggerfish, the owner's gateway
@@ -47,18 +46,60 @@ WITH_SECRETS = BASE_CONFIG.replace(
 
 
 @pytest.fixture
-def store(request: pytest.FixtureRequest, base_dir: Path) -> StoreHandle:
-    """Transitional: SQLite only until the managed file carries the storage: section."""
-    from tests.conftest import STORE_BACKENDS
+def section(request: pytest.FixtureRequest, base_dir: Path) -> str:
+    """The storage: section naming a Postgres or S3 store ('' for SQLite, reached by --db).
 
-    return STORE_BACKENDS["sqlite"](base_dir, request)
+    On those backends the store is named by the managed file itself, so every
+    text the tests write there starts with it.
+    """
+    if "store" not in request.fixturenames:
+        return ""
+    store: StoreHandle = request.getfixturevalue("store")
+    if store.backend == "sqlite":
+        return ""
+    return (base_dir / "triggerfish.yaml").read_text()
+
+
+def managed(path: Path, section: str) -> Path:
+    """``path`` whose ``write_text`` puts ``section`` first, and whose reads check that
+    it is still there (a rollback keeps the store) and leave it out."""
+
+    def write_text(self: Path, data: str, *args: object, **kwargs: object) -> int:
+        return Path.write_text(self, section + data, *args, **kwargs)  # type: ignore[arg-type]
+
+    def read_text(self: Path, *args: object, **kwargs: object) -> str:
+        text = Path.read_text(self, *args, **kwargs)  # type: ignore[arg-type]
+        assert text.startswith(section), "the storage: section was lost"
+        return text[len(section) :]
+
+    def write_bytes(self: Path, data: bytes) -> int:
+        return Path.write_bytes(self, section.encode("utf-8") + data)
+
+    def read_bytes(self: Path) -> bytes:
+        data = Path.read_bytes(self)
+        assert data.startswith(section.encode("utf-8")), "the storage: section was lost"
+        return data[len(section.encode("utf-8")) :]
+
+    methods = {
+        "write_text": write_text,
+        "read_text": read_text,
+        "write_bytes": write_bytes,
+        "read_bytes": read_bytes,
+    }
+    cls = type("ManagedConfig", (type(path),), {"section": section, **methods})
+    return cls(path)  # type: ignore[no-any-return]
 
 
 @pytest.fixture
-def config(base_dir: Path) -> Path:
-    path = base_dir / "triggerfish.yaml"
+def config(base_dir: Path, section: str) -> Path:
+    path = managed(base_dir / "triggerfish.yaml", section)
     path.write_text(BASE_CONFIG)
     return path
+
+
+def section_of(config: Path) -> str:
+    """The storage: section every text written to ``config`` starts with ('' on SQLite)."""
+    return str(getattr(config, "section", ""))
 
 
 def contents(store: StoreHandle) -> dict[str, str]:
@@ -99,7 +140,8 @@ def ok(result: object) -> object:
 def test_snapshot_history_show(cli: CliFn, store: StoreHandle, config: Path) -> None:
     first = cli(*store.args, "config", "snapshot", "-m", "initial setup")
     assert first.exit_code == 0, first.stderr
-    assert first.stdout == f"stored {config} as v1 ({len(BASE_CONFIG)} bytes)\n"
+    section = section_of(config)
+    assert first.stdout == f"stored {config} as v1 ({len(section + BASE_CONFIG)} bytes)\n"
     same = cli(*store.args, "config", "snapshot")
     assert same.exit_code == 0 and "unchanged" in same.stdout and "v1" in same.stdout
     assert list(versions(store)) == [1]
@@ -112,7 +154,7 @@ def test_snapshot_history_show(cli: CliFn, store: StoreHandle, config: Path) -> 
         "unchanged": False,
         "version": 2,
         "sha256": versions(store)[2]["sha256"],
-        "bytes": len(BASE_CONFIG) + 1,
+        "bytes": len(section + BASE_CONFIG) + 1,
         "redacted": [],
         "evicted": [],
         "dry_run": False,
@@ -129,11 +171,11 @@ def test_snapshot_history_show(cli: CliFn, store: StoreHandle, config: Path) -> 
     table = ok(cli(*store.args, "config", "history"))
     assert "<- now" in table.stdout and "initial setup" in table.stdout  # type: ignore[attr-defined]
 
-    assert cli(*store.args, "config", "show", "1").stdout == BASE_CONFIG
-    assert cli(*store.args, "config", "show", "v1").stdout == BASE_CONFIG
+    assert cli(*store.args, "config", "show", "1").stdout == section + BASE_CONFIG
+    assert cli(*store.args, "config", "show", "v1").stdout == section + BASE_CONFIG
     assert "verbose" in cli(*store.args, "config", "show").stdout
     shown = cli(*store.args, "config", "show", "2", "-f", "json").json()
-    assert shown["yaml"] == config.read_text() and shown["version"] == 2  # type: ignore[index]
+    assert shown["yaml"] == section + config.read_text() and shown["version"] == 2  # type: ignore[index]
     audit = [json.loads(v) for k, v in contents(store).items() if k.startswith("audit:")]
     assert [a["hook"] for a in audit] == ["admin_config_snapshot"] * 2
     assert all("yaml" not in a for a in audit)
@@ -152,6 +194,7 @@ def test_version_arguments_and_missing_versions(
 def test_snapshot_of_a_missing_file_is_exit_3(
     cli: CliFn, store: StoreHandle, base_dir: Path
 ) -> None:
+    (base_dir / "triggerfish.yaml").unlink(missing_ok=True)  # Postgres and S3 name it with --config
     result = cli(*store.args, "config", "snapshot")
     assert result.exit_code == 3 and "not found" in result.stderr
 
@@ -257,10 +300,11 @@ def test_rollback_round_trips_byte_for_byte_and_keeps_the_mode(
     assert document["target"] == 1 and document["snapshot"] == 2  # type: ignore[index]
     assert document["version"] == 3 and document["written"] is True  # type: ignore[index]
     stored = versions(store)
-    assert stored[2]["source"] == "snapshot" and stored[2]["yaml"] == BASE_CONFIG
+    section = section_of(config)
+    assert stored[2]["source"] == "snapshot" and stored[2]["yaml"] == section + BASE_CONFIG
     assert stored[2]["reason"] == "before rollback to v1"
     assert stored[3]["source"] == "rollback" and stored[3]["restoredFrom"] == 1
-    assert stored[3]["yaml"] == AWKWARD
+    assert stored[3]["yaml"] == section + AWKWARD
     # Rolling back again (default target) undoes it, byte for byte too.
     again = cli(*store.args, "config", "rollback", "--yes")
     assert again.exit_code == 0, again.stderr
@@ -317,12 +361,11 @@ def test_rollback_dry_run_touches_nothing(
 ) -> None:
     ok(cli(*store.args, "config", "snapshot"))
     config.write_text(BASE_CONFIG + "# changed\n")
-    db = base_dir / "data" / "triggerfish.db"
-    before = dump_tables(db)
+    before = contents(store)
     result = cli(*store.args, "config", "rollback", "1", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "-# changed" in result.stdout and "would snapshot" in result.stdout
-    assert dump_tables(db) == before
+    assert contents(store) == before
     assert config.read_text() == BASE_CONFIG + "# changed\n"
 
 
@@ -382,22 +425,26 @@ def test_invalid_yaml_is_never_written(
     assert "invalid YAML" in broken.stderr and "rollback to it will be refused" in broken.stderr
     config.write_text(BASE_CONFIG)
     ok(cli(*store.args, "config", "snapshot"))
-    db = base_dir / "data" / "triggerfish.db"
-    before = dump_tables(db)
+    before = contents(store)
     result = cli(*store.args, "config", "rollback", "1", "--yes")
-    assert result.exit_code == 8 and "line 3, column 1" in result.stderr
-    assert dump_tables(db) == before
+    line = 3 + section_of(config).count("\n")
+    assert result.exit_code == 8 and f"line {line}, column 1" in result.stderr
+    assert contents(store) == before
     _untouched(config, BASE_CONFIG)
 
 
 def test_our_sections_are_checked_strictly_before_writing(
     cli: CliFn, store: StoreHandle, config: Path
 ) -> None:
-    config.write_text(BASE_CONFIG + "storage:\n  backend: nosuch\n")
+    if store.backend == "sqlite":
+        bad, where = "storage:\n  backend: nosuch\n", "storage.backend"
+    else:  # the store is named by the storage: section: break another of ours
+        bad, where = "retention:\n  sessions: soon\n", "retention.sessions"
+    config.write_text(BASE_CONFIG + bad)
     ok(cli(*store.args, "config", "snapshot"))
     config.write_text(BASE_CONFIG)
     result = cli(*store.args, "config", "rollback", "1", "--yes")
-    assert result.exit_code == 8 and "storage.backend" in result.stderr
+    assert result.exit_code == 8 and where in result.stderr
     _untouched(config, BASE_CONFIG)
 
 
@@ -421,7 +468,7 @@ def test_a_file_changed_after_the_plan_is_not_overwritten(config: Path) -> None:
 def test_a_symlinked_config_stays_a_symlink(
     cli: CliFn, store: StoreHandle, config: Path, tmp_path: Path
 ) -> None:
-    real = tmp_path / "git" / "triggerfish.yaml"
+    real = managed(tmp_path / "git" / "triggerfish.yaml", section_of(config))
     real.parent.mkdir()
     real.write_text(BASE_CONFIG)
     real.chmod(0o600)
@@ -437,6 +484,12 @@ def test_a_symlinked_config_stays_a_symlink(
 def test_rollback_recreates_a_deleted_file(cli: CliFn, store: StoreHandle, config: Path) -> None:
     ok(cli(*store.args, "config", "snapshot"))
     config.unlink()
+    if store.backend != "sqlite":
+        # Only the deleted file named this store: nothing can be found, nothing is written.
+        lost = cli(*store.args, "config", "rollback", "--yes")
+        assert lost.exit_code == 3 and "config file not found" in lost.stderr
+        assert not config.exists()
+        return
     result = cli(*store.args, "config", "rollback", "--yes", "-f", "json")
     assert result.exit_code == 0, result.stderr
     assert result.json()["snapshot"] is None and result.json()["target"] == 1  # type: ignore[index]
@@ -603,7 +656,10 @@ def test_rollback_over_a_file_with_secrets_snapshots_it_redacted_and_keeps_a_cop
     assert config.read_text() == BASE_CONFIG
     copies = list((base_dir / "backups").iterdir())
     assert len(copies) == 1 and backup_time(copies[0].name, "triggerfish.yaml") is not None
-    assert copies[0].read_text() == WITH_SECRETS and copies[0].stat().st_mode & 0o777 == 0o600
+    assert (
+        copies[0].read_text() == section_of(config) + WITH_SECRETS
+        and copies[0].stat().st_mode & 0o777 == 0o600
+    )
     assert versions(store)[2]["redacted"] and versions(store)[3]["restoredFrom"] == 1
     audit = [json.loads(v) for k, v in contents(store).items() if k.startswith("audit:")]
     assert audit[-1]["hook"] == "admin_config_rollback"
@@ -617,11 +673,12 @@ def test_rollback_over_a_file_with_secrets_snapshots_it_redacted_and_keeps_a_cop
 # -- import of the gateway's backups ---------------------------------------------------------
 
 
-def gateway_backups(base_dir: Path, files: dict[str, str]) -> Path:
+def gateway_backups(base_dir: Path, files: dict[str, str], section: str = "") -> Path:
+    """The gateway's copies of the file (each with the file's storage: section, if any)."""
     directory = base_dir / "backups"
     directory.mkdir(exist_ok=True)
     for name, text in files.items():
-        (directory / name).write_text(text)
+        (directory / name).write_text(section + text if name.startswith("triggerfish") else text)
     return directory
 
 
@@ -638,6 +695,7 @@ def test_import_backups_with_the_gateways_names(
             "triggerfish.yaml.bak": "ignored: true\n",
             "other.yaml.2026-02-16T14-30-45.123Z": "ignored: true\n",
         },
+        section_of(config),
     )
     dry = cli(*store.args, "config", "import-backups", "--dry-run", "-f", "json").json()
     assert [r["version"] for r in dry["imported"]] == [1, 2, 3]  # type: ignore[index]
@@ -660,7 +718,7 @@ def test_import_backups_with_the_gateways_names(
     stored = versions(store)
     assert stored[2]["createdAt"] == "2026-02-16T14:30:45.123Z" and stored[2]["source"] == "import"
     assert stored[2]["importedFrom"] == "triggerfish.yaml.2026-02-16T14-30-45.123Z"
-    assert stored[3]["yaml"] == BASE_CONFIG
+    assert stored[3]["yaml"] == section_of(config) + BASE_CONFIG
     assert cli(*store.args, "config", "history", "-f", "json").json()[2]["current"] is True  # type: ignore[index]
     again = cli(*store.args, "config", "import-backups", "-f", "json").json()
     assert again["imported"] == [] and len(again["skipped"]) == 4  # type: ignore[index]
@@ -835,3 +893,76 @@ def test_yaml_that_parses_but_cannot_be_built_is_invalid_data(
     changed_keys = cli(*store.args, "config", "diff", "-f", "json")
     assert changed_keys.exit_code == 8 and "text diff" in changed_keys.stderr
     assert cli(*store.args, "config", "diff").exit_code == 0
+
+
+# -- the storage: section on rollback ---------------------------------------------------------
+
+
+def test_a_rollback_never_moves_the_store_silently(
+    cli: CliFn, store: StoreHandle, config: Path, base_dir: Path
+) -> None:
+    """A version from before the store moved: refused, kept or switched, as asked."""
+    section = section_of(config)
+    old = "" if section else f'storage:\n  backend: sqlite\n  path: "{base_dir}/old.db"\n'
+    before_move = old + BASE_CONFIG + "# before the move\n"
+    gateway_backups(base_dir, {"triggerfish.yaml.2026-02-15T09-00-00.000Z": before_move})
+    ok(cli(*store.args, "config", "import-backups"))
+    raw = config.parent / config.name
+    current = Path.read_text(raw)
+
+    refused = cli(*store.args, "config", "rollback", "1", "--yes")
+    assert refused.exit_code == 4, refused.stderr
+    assert "move this tool and the gateway to another store" in refused.stderr
+    assert "--storage keep" in refused.stderr
+    assert Path.read_text(raw) == current and sorted(versions(store)) == [1]
+    dry = cli(*store.args, "config", "rollback", "1", "--dry-run")
+    assert dry.exit_code == 0 and "refused without --storage keep|switch" in dry.stderr
+    assert Path.read_text(raw) == current and sorted(versions(store)) == [1]
+
+    kept = cli(*store.args, "config", "rollback", "1", "--storage", "keep", "--yes")
+    assert kept.exit_code == 0, kept.stderr
+    assert "keeping the file's storage: section" in kept.stderr
+    # Everything else of v1, and this file's own storage: section (or none, as now).
+    assert Path.read_text(raw) == BASE_CONFIG + "# before the move\n" + section
+    history = cli(*store.args, "config", "history", "-f", "json").json()
+    assert [r["source"] for r in history] == ["import", "snapshot", "rollback"]  # type: ignore[index]
+
+    Path.write_text(raw, current)
+    switched = cli(*store.args, "config", "rollback", "1", "--storage", "switch", "--yes")
+    assert switched.exit_code == 0, switched.stderr
+    assert "switches the store" in switched.stderr
+    assert Path.read_text(raw) == before_move
+    # The rollback is recorded in the store that held the versions.
+    assert [v["source"] for _, v in sorted(versions(store).items())][-1] == "rollback"
+
+
+def test_keeping_the_storage_section_splices_text_only() -> None:
+    from triggerfish_cli.config_storage import keep_current, salvage_block
+    from triggerfish_cli.errors import RefusedError
+
+    version = "# top\nmodels: {}\nstorage:\n  backend: sqlite\n  # old\nlogging: {}\n"
+    current = "storage:  # ours\n  backend: postgres\n  schema: tf\nmodels: {}\n"
+    assert keep_current(version, current) == (
+        "# top\nmodels: {}\nstorage:  # ours\n  backend: postgres\n  schema: tf\nlogging: {}\n"
+    )
+    assert keep_current(version, "models: {}\n") == "# top\nmodels: {}\nlogging: {}\n"
+    assert keep_current("models: {}", current) == (
+        "models: {}\nstorage:  # ours\n  backend: postgres\n  schema: tf\n"
+    )
+    with pytest.raises(RefusedError):
+        keep_current("{models: {}, storage: {backend: s3}}", current)
+    broken = "storage:\n  backend: s3\n  bucket: b\n# note\nmodels: [unclosed\n"
+    assert salvage_block(broken) == "storage:\n  backend: s3\n  bucket: b\n"
+    assert salvage_block("models: {}\n") is None
+
+
+def test_a_broken_file_still_names_its_remote_store(
+    cli: CliFn, store: StoreHandle, config: Path
+) -> None:
+    ok(cli(*store.args, "config", "snapshot"))
+    config.write_text(BASE_CONFIG + "  oops: [\n")
+    result = cli(*store.args, "config", "rollback", "--yes")
+    assert result.exit_code == 0, result.stderr
+    assert config.read_text() == BASE_CONFIG
+    if store.backend != "sqlite":
+        assert "its storage: section names" in result.stderr

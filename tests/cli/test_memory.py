@@ -6,6 +6,7 @@ import json
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -318,3 +319,42 @@ def test_memory_commands_on_every_persistent_backend(cli: CliFn, store: StoreHan
         *store.args, "memory", "history", "drink", "-t", "RESTRICTED", "-f", "json"
     ).json()
     assert [r["status"] for r in history] == ["deleted", "current"]  # type: ignore[union-attr]
+
+
+def test_memory_upkeep_on_every_persistent_backend(cli: CliFn, store: StoreHandle) -> None:
+    """stats, reindex, search and purge on a gateway-shaped memory set, on each backend."""
+    from tests.helpers.memories import current_rows
+
+    provider: Any = store.open()
+    provider.set_many(current_rows().items())
+    provider.close()
+    kind = {"sqlite": "sqlite-fts5", "postgres": "postgres-fts", "s3": "scan"}[store.backend]
+    check = cli(*store.args, "memory", "reindex", "-t", "RESTRICTED", "-n", "-f", "json").json()
+    assert check["dry_run"] and check["records"] == 10  # type: ignore[index]
+    fixed = cli(*store.args, "memory", "reindex", "-t", "RESTRICTED", "-f", "json").json()
+    assert fixed["kind"] == kind  # type: ignore[index]
+    again = cli(*store.args, "memory", "reindex", "-t", "RESTRICTED", "-n", "-f", "json").json()
+    assert again["missing"] + again["stale"] + again["orphaned"] == 0  # type: ignore[index]
+    stats = cli(*store.args, "memory", "stats", "-t", "RESTRICTED", "-f", "json").json()
+    assert stats["index"]["kind"] == kind  # type: ignore[index]
+    hits = cli(*store.args, "memory", "search", "alice", "-t", "CONFIDENTIAL", "--all-agents",
+               "-f", "json").json()  # fmt: skip
+    assert sorted((h["agent"], h["key"], h["level"]) for h in hits) == [  # type: ignore[union-attr]
+        ("main-session", "user-name", "CONFIDENTIAL"),
+        ("scheduler-slack-1712000000000", "user-name", "INTERNAL"),
+    ]
+    tagged = cli(*store.args, "memory", "search", "plan", "--tag", "work", "-t", "RESTRICTED",
+                 "-f", "json").json()  # fmt: skip
+    assert [(h["key"], h["level"]) for h in tagged] == [("project-plan", "INTERNAL")]  # type: ignore[union-attr]
+    dry = cli(*store.args, "memory", "purge", "--older-than", "1d", "-t", "RESTRICTED",
+              "--all-agents", "--dry-run", "-f", "json").json()  # fmt: skip
+    planned = dry["matched"]  # type: ignore[index]
+    assert planned >= 2
+    refused = cli(*store.args, "memory", "purge", "--older-than", "1d", "-t", "RESTRICTED",
+                  "--all-agents")  # fmt: skip
+    assert refused.exit_code == 4
+    done = cli(*store.args, "memory", "purge", "--older-than", "1d", "-t", "RESTRICTED",
+               "--all-agents", "--yes", "-f", "json").json()  # fmt: skip
+    assert done["deleted"] == planned  # type: ignore[index]
+    after = cli(*store.args, "memory", "reindex", "-t", "RESTRICTED", "-n", "-f", "json").json()
+    assert after["missing"] + after["stale"] + after["orphaned"] == 0  # type: ignore[index]

@@ -261,6 +261,33 @@ def test_replace_if_unchanged_is_compare_and_swap(kv: Provider) -> None:
     assert kv.replace_if_unchanged([]) == 0
 
 
+def test_compare_and_swap_loses_to_a_concurrent_write(make: Factory) -> None:
+    """A write from another connection after the plan was made wins over our swap."""
+    mine, theirs = make(), make()
+    for key in ("a", "b", "c", "d"):
+        mine.set(key, "old")
+
+    def replacements() -> Iterator[tuple[str, str, str]]:
+        yield "a", "old", "new"
+        theirs.set("b", "gateway")  # rewritten between our read and our swap
+        theirs.delete("c")  # deleted meanwhile: never re-created
+        yield "b", "old", "new"
+        yield "c", "old", "new"
+        yield "d", "old", "new"
+
+    assert mine.replace_if_unchanged(replacements(), batch_size=1) == 2
+    assert dict(theirs.scan()) == {"a": "new", "b": "gateway", "d": "new"}
+
+    def deletions() -> Iterator[tuple[str, str]]:
+        yield "a", "new"
+        theirs.set("d", "gateway again")
+        yield "d", "new"
+        yield "b", "gateway"
+
+    assert mine.delete_if_unchanged(deletions(), batch_size=1) == 2
+    assert dict(theirs.scan()) == {"d": "gateway again"}
+
+
 def test_lock_is_exclusive_per_name_and_store(make: Factory) -> None:
     from triggerfish_cli.errors import BusyError
 

@@ -303,3 +303,30 @@ def test_server_side_checksums_equal_the_python_ones(store: PostgresStorage) -> 
     python = {k: (v.count, v.hex) for k, v in namespace_sums(MemoryStorage(rows)).items()}
     assert native == python
     assert native["sessions:"][0] == 2 and native[""][0] == 4
+
+
+def test_the_lock_is_server_side_names_its_holder_and_dies_with_its_connection(
+    postgres: Postgres, store: PostgresStorage
+) -> None:
+    from triggerfish_cli.errors import BusyError
+    from triggerfish_cli.storage.pg_lock import lock_key
+
+    other = store.reopen(read_only=False)
+    try:
+        with store.lock("retention-sweep"):
+            with pytest.raises(BusyError) as info, other.lock("retention-sweep"):
+                pass
+            assert info.value.exit_code == 6 and "server pid" in str(info.value)
+            with postgres.connect() as admin:
+                holders = admin.execute(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                    "AND ((classid::bigint << 32) | objid::bigint) = %s",
+                    (lock_key(store.schema, "retention-sweep"),),
+                ).fetchall()
+                assert len(holders) == 1
+                # The holder's connection dies (a crashed or killed job): the lock goes with it.
+                admin.execute("SELECT pg_terminate_backend(%s)", (holders[0][0],))
+            with other.lock("retention-sweep", wait=10):
+                pass
+    finally:
+        other.close()

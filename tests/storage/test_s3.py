@@ -271,3 +271,79 @@ def test_missing_credentials_is_exit_7_with_the_chain(
 def test_errors_are_backend_unavailable_in_the_core(s3: S3) -> None:
     with pytest.raises(BackendUnavailableError):
         open_store(s3, "no-such-bucket")
+
+
+def test_compare_and_swap_loses_a_race_inside_its_read_and_put(
+    s3: S3, bucket: str, store: S3Storage, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gateway writing between our GET and our conditional PUT wins (If-Match)."""
+    store.set("k", "old")
+    store.set("gone", "old")
+    other = open_store(s3, bucket)
+    read = store._read
+
+    def read_then_race(name: str) -> Any:
+        found = read(name)
+        other.set("k", "gateway")
+        other.delete("gone")
+        return found
+
+    monkeypatch.setattr(store, "_read", read_then_race)
+    assert store.replace_if_unchanged([("k", "old", "new"), ("gone", "old", "new")]) == 0
+    monkeypatch.undo()
+    assert dict(store.scan()) == {"k": "gateway"}
+
+
+def test_a_lease_is_not_a_key_and_is_gone_after_the_block(
+    s3: S3, bucket: str, store: S3Storage
+) -> None:
+    store.set("a", "1")
+    with store.lock("retention-sweep"):
+        assert any("#tfadmin-lock/" in name for name in object_names(s3, bucket))
+        assert store.list() == ["a"] and store.count() == 1
+        assert dict(store.scan()) == {"a": "1"}
+        assert store.any_keys([("", None), ("a", "a")]) == [True, False]
+    assert object_names(s3, bucket) == ["tf/a"]
+
+
+def test_an_expired_lease_of_a_crashed_holder_is_taken_over(
+    s3: S3, bucket: str, store: S3Storage
+) -> None:
+    import json
+    import time
+
+    from triggerfish_cli.errors import BusyError
+    from triggerfish_cli.storage.s3_lease import lease_name
+
+    client: Any = s3.client()
+    name = "tf/" + lease_name("job")
+    crashed = {"holder": "x", "pid": 1, "host": "gone", "since": 0, "expires": time.time() + 60}
+    client.put_object(Bucket=bucket, Key=name, Body=json.dumps(crashed).encode())
+    with pytest.raises(BusyError) as info, store.lock("job"):
+        pass
+    assert info.value.exit_code == 6 and "pid 1 on gone" in str(info.value)
+    crashed["expires"] = time.time() - 1  # its holder died and never renewed it
+    client.put_object(Bucket=bucket, Key=name, Body=json.dumps(crashed).encode())
+    with store.lock("job"):
+        body = json.loads(client.get_object(Bucket=bucket, Key=name)["Body"].read())
+        assert body["holder"] != "x" and body["expires"] > time.time()
+    assert name not in object_names(s3, bucket)
+
+
+def test_a_long_job_renews_its_lease(s3: S3, bucket: str, store: S3Storage) -> None:
+    import json
+    import time
+
+    from triggerfish_cli.storage.s3_lease import lease_name
+
+    store.lease_ttl = 0.4  # renewed every 0.1 s
+    client: Any = s3.client()
+    name = "tf/" + lease_name("job")
+    with store.lock("job"):
+        first = json.loads(client.get_object(Bucket=bucket, Key=name)["Body"].read())
+        for _ in range(100):
+            time.sleep(0.05)
+            now = json.loads(client.get_object(Bucket=bucket, Key=name)["Body"].read())
+            if now["expires"] > first["expires"]:
+                break
+        assert now["expires"] > first["expires"] and now["holder"] == first["holder"]

@@ -55,12 +55,13 @@ RedactOpt = Annotated[
 def _provider(st: AppState, out: Output) -> StorageProvider:
     """The store holding the versions, even when the config file itself is broken or gone.
 
-    At 3 a.m. the file may not parse: when it has no top-level storage: line
-    (or --db/--backend name the store), the default store is used with a warning.
+    At 3 a.m. the file may not parse. When its top-level storage: block still
+    parses on its own, that block names the store (a Postgres or S3 store is
+    only named there); when it has no storage: block (or --db/--backend name
+    the store), the default store is used. Either way with a warning.
     """
-    import re
-
-    from triggerfish_cli.errors import InvalidDataError, NotFoundError
+    from triggerfish_cli.config_storage import salvage_block
+    from triggerfish_cli.errors import InvalidDataError, NotFoundError, TriggerfishError
     from triggerfish_cli.settings import Settings
 
     try:
@@ -70,12 +71,19 @@ def _provider(st: AppState, out: Output) -> StorageProvider:
             text = st.config_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             text = ""
-        if st.db is None and st.backend is None and re.search(r"(?m)^storage\s*:", text):
-            raise InvalidDataError(
-                exc.message,
-                hint="its storage: section cannot be read; pass --db PATH or --backend "
-                "to name the store holding the versions",
-            ) from None
+        block = salvage_block(text)
+        if st.db is None and st.backend is None and block is not None:
+            try:
+                st._settings = Settings(st.config_path, block)
+                provider = st.provider()
+            except TriggerfishError:
+                raise InvalidDataError(
+                    exc.message,
+                    hint="its storage: section cannot be read; pass --db PATH or --backend "
+                    "to name the store holding the versions",
+                ) from None
+            out.warn(f"{exc.message}; its storage: section names {provider.describe()}")
+            return provider
         st._settings = Settings(st.config_path)  # no sections: --db, --backend or the default
         provider = st.provider()
         out.warn(f"{exc.message}; working on {provider.describe()} without it")
@@ -266,6 +274,10 @@ def _ask(path: str) -> str:
     return getpass.getpass(f"value for {path} (hidden; empty to skip): ", stream=sys.stderr)
 
 
+def _complete_storage(incomplete: str) -> list[str]:
+    return [choice for choice in ("refuse", "keep", "switch") if choice.startswith(incomplete)]
+
+
 @app.command("rollback")
 def rollback_cmd(
     ctx: typer.Context,
@@ -293,6 +305,18 @@ def rollback_cmd(
             show_default=False,
         ),
     ] = None,
+    storage: Annotated[
+        str,
+        typer.Option(
+            "--storage",
+            help="When the version's storage: section differs from the file's: refuse "
+            "(exit 4), keep the file's section and roll back the rest, or switch to the "
+            "version's store.",
+            metavar="refuse|keep|switch",
+            show_default=True,
+            autocompletion=_complete_storage,
+        ),
+    ] = "refuse",
     redact: RedactOpt = False,
     reason: ReasonOpt = None,
     yes: YesOpt = False,
@@ -306,6 +330,8 @@ def rollback_cmd(
     new text is validated and written atomically keeping the file's mode, and the
     rollback is recorded as a new version. Values redacted from the version must be
     supplied again: --secrets-from-current, --secrets-file, or typed (hidden) on a TTY.
+    A version whose storage: section differs from the file's would move the store
+    underneath: refused unless --storage keep or --storage switch.
     """
     from triggerfish_cli import config_versions as cv
     from triggerfish_cli.config_rollback import SecretSupply, apply_rollback, plan_rollback
@@ -320,7 +346,13 @@ def rollback_cmd(
     )
     target = cv.parse_version_arg(version) if version is not None else None
     plan = plan_rollback(
-        provider, st.config_path, target, supply=supply, redact=redact, dry_run=dry_run
+        provider,
+        st.config_path,
+        target,
+        supply=supply,
+        redact=redact,
+        dry_run=dry_run,
+        storage=storage,
     )
     for warning in plan.warnings:
         out.warn(warning)

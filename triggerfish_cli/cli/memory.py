@@ -83,11 +83,17 @@ def search_cmd(
     query: Annotated[
         list[str],
         typer.Argument(
-            help="Words to find (all must occur), or FTS5 syntax with --raw.", metavar="WORDS..."
+            help="Words to find (all must occur), or the index's own syntax with --raw.",
+            metavar="WORDS...",
         ),
     ],
     raw: Annotated[
-        bool, typer.Option("--raw", help="Pass the query to FTS5 as is (its own syntax).")
+        bool,
+        typer.Option(
+            "--raw",
+            help="Pass the query to the index as is, in its own syntax: FTS5 (SQLite, S3) "
+            "or to_tsquery (Postgres).",
+        ),
     ] = False,
     limit: Annotated[int, typer.Option("--limit", "-l", min=1, help="At most N hits.")] = 10,
     agent: AgentOpt = None,

@@ -79,10 +79,12 @@ def reindex_cmd(
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Rebuild memory_fts and memory_meta from kv for the visible levels (all agents).
+    """Rebuild the search index from kv for the visible levels (all agents).
 
-    Picks up memories the gateway never indexed (cron and trigger runs) and drops stale
-    and orphaned rows. Use --taint RESTRICTED to rebuild every level.
+    SQLite: the gateway's memory_fts and memory_meta; Postgres: our tfadmin_memory_fts
+    table (created on first use); S3 has no index (search scans). Picks up memories
+    saved without our tool (cron and trigger runs, the gateway on Postgres) and drops
+    stale and orphaned rows. Use --taint RESTRICTED to rebuild every level.
     """
     from triggerfish_cli import memory_upkeep as memory
 

@@ -34,10 +34,11 @@ Passwords never come from triggerfish.yaml: libpq reads ``PGPASSWORD``,
 
 from __future__ import annotations
 
+import builtins
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli.errors import (
@@ -527,6 +528,72 @@ class PostgresStorage(BaseStorage):
             pause,
             on_batch,
         )
+
+    def replace_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        """Compare-and-swap, one ``UPDATE ... FROM unnest(...)`` per batch.
+
+        The comparison and the write are one statement: a row the gateway
+        rewrites meanwhile is either rewritten before our UPDATE locks it
+        (then its value no longer matches: kept) or after (its write wins).
+        """
+
+        def columns(batch: list[tuple[str, str, str]]) -> tuple[list[str], ...]:
+            for key, _old, new in batch:
+                _check_text(key, new)
+            kept = dict(((k, o), n) for k, o, n in batch if "\x00" not in o)
+            return [k for k, _ in kept], [o for _, o in kept], list(kept.values())
+
+        batches = (columns(batch) for batch in batched(items, batch_size))
+        return self._batched(
+            f"UPDATE {self.kv} AS kv SET value = d.new "
+            "FROM unnest(%s::text[], %s::text[], %s::text[]) AS d(key, old, new) "
+            "WHERE kv.key = d.key AND kv.value = d.old",
+            batches,
+            pause,
+            on_batch,
+        )
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        """One index probe per ``(prefix, after)``, all sent in one pipeline."""
+        answers: builtins.list[bool] = []
+        conn = self.connection
+        for chunk in batched(probes, 500):
+            with self._errors("probe"):
+                cursors: builtins.list[psycopg.Cursor[Any] | None] = []
+                with self._pipeline():
+                    for prefix, after in chunk:
+                        if "\x00" in prefix:
+                            cursors.append(None)
+                            continue
+                        if after is not None and "\x00" in after:
+                            after = after[: after.index("\x00")]
+                        where, params = _range(prefix, after)
+                        cursors.append(
+                            conn.execute(
+                                f"SELECT EXISTS (SELECT 1 FROM {self.kv} WHERE {where})", params
+                            )
+                        )
+                for cursor in cursors:
+                    row = None if cursor is None else cursor.fetchone()
+                    answers.append(bool(row and row[0]))
+        return answers
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.pg_lock`)."""
+        from triggerfish_cli.storage.pg_lock import advisory_lock
+
+        def connect() -> psycopg.Connection[Any]:
+            return self._connect(self._dsn, self._connect_timeout)
+
+        what = f"{name} on {self.describe()}"
+        return advisory_lock(connect, self.schema, name, wait, what, errors=self._errors)
 
     def count(self, prefix: str | None = None) -> int:
         if prefix and "\x00" in prefix:

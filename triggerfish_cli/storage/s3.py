@@ -33,7 +33,7 @@ import builtins
 import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
 from triggerfish_cli.errors import (
@@ -60,6 +60,9 @@ from triggerfish_cli.storage.remote_settings import (
     normalize_prefix,
 )
 from triggerfish_cli.storage.s3_keys import Entry, KeyCodec, frame, unframe
+
+#: Lease (lock) objects start with this; listings of keys skip them.
+LEASE_MARK = "#"
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -99,6 +102,8 @@ class S3Storage(BaseStorage):
     backend = "s3"
     #: Objects listed beyond the ones asked for before ``delete_many`` falls back to HEADs.
     list_budget = 1000
+    #: Seconds a lock's lease lasts without renewal (a crashed holder's is taken over after).
+    lease_ttl = 60.0
 
     def __init__(
         self,
@@ -222,7 +227,7 @@ class S3Storage(BaseStorage):
             return BusyError(f"{where}: S3 is throttling ({code})", hint="retry later")
         if code in ("NoSuchKey", "404"):
             return NotFoundError(f"{where}: {message}")
-        if code in ("PreconditionFailed", "412"):
+        if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
             return _PreconditionFailed(f"{where}: {message}")
         return TriggerfishError(f"{where}: {code}: {message}")
 
@@ -281,7 +286,7 @@ class S3Storage(BaseStorage):
             )
 
     def _listing(
-        self, name_prefix: str = "", after: str | None = None
+        self, name_prefix: str = "", after: str | None = None, page_size: int = 1000
     ) -> Iterator[tuple[str, int]]:
         """``(name, size)`` of every object under the store prefix, in name order."""
         paginator = self.client.get_paginator("list_objects_v2")
@@ -290,9 +295,11 @@ class S3Storage(BaseStorage):
             kwargs["StartAfter"] = self.prefix + after
         cut = len(self.prefix)
         with self._errors("list"):
-            for page in paginator.paginate(**kwargs, PaginationConfig={"PageSize": 1000}):
+            for page in paginator.paginate(**kwargs, PaginationConfig={"PageSize": page_size}):
                 for item in page.get("Contents", ()):
-                    yield item["Key"][cut:], int(item["Size"])
+                    name = item["Key"][cut:]
+                    if not name.startswith(LEASE_MARK):  # our locks, not keys
+                        yield name, int(item["Size"])
 
     def entries(
         self,
@@ -301,6 +308,7 @@ class S3Storage(BaseStorage):
         start_after: str | None = None,
         from_key: str | None = None,
         until: str | None = None,
+        page_size: int = 1000,
     ) -> Iterator[Entry]:
         """Stored keys in key order, with value sizes, from the listing alone.
 
@@ -312,7 +320,7 @@ class S3Storage(BaseStorage):
             after = self.codec.list_after(start_after)
         elif from_key is not None:
             after = self.codec.list_from(from_key)
-        listed = self._listing(self.codec.list_prefix(prefix), after)
+        listed = self._listing(self.codec.list_prefix(prefix), after, page_size)
         for entry in self.codec.restore_order(listed, self._read_long):
             key = entry.key
             if start_after is not None and key <= start_after:
@@ -507,6 +515,75 @@ class S3Storage(BaseStorage):
             if pause > 0:
                 time.sleep(pause)
         return deleted
+
+    def _replace_if(self, item: tuple[str, str, str]) -> bool:
+        key, expected, new = item
+        name = self.codec.name(key)
+        found = self._read(name)
+        if found is None or self._value(key, name, found[0]) != expected:
+            return False
+        try:
+            with self._errors("set"):
+                self.client.put_object(
+                    Bucket=self.bucket,
+                    Key=self._object(name),
+                    Body=self._body(key, new),
+                    IfMatch=found[1],
+                )
+        except (NotFoundError, _PreconditionFailed):
+            return False  # deleted or rewritten meanwhile: whoever wrote it wins
+        return True
+
+    def replace_if_unchanged(
+        self,
+        items: Iterable[tuple[str, str, str]],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        pause: float = 0.0,
+        on_batch: BatchCallback | None = None,
+    ) -> int:
+        """Compare-and-swap per object: read value and ETag, put with ``If-Match``.
+
+        A record rewritten between the read and the put is kept (412), and a
+        deleted one is not re-created (the put needs an existing ETag).
+        """
+        import time
+
+        self._check_writable()
+        replaced = 0
+        for batch in batched(items, batch_size):
+            done = sum(self._map(self._replace_if, batch))
+            replaced += done
+            if on_batch is not None:
+                on_batch(done)
+            if pause > 0:
+                time.sleep(pause)
+        return replaced
+
+    def _any_key(self, probe: tuple[str, str | None]) -> bool:
+        prefix, after = probe
+        entries = self.entries(prefix or None, start_after=after, page_size=8)
+        return next(entries, None) is not None
+
+    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
+        """One short listing per probe (8 names a page), on the thread pool."""
+        return self._map(self._any_key, list(probes))
+
+    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
+        """A lease object with an expiry (see :mod:`~triggerfish_cli.storage.s3_lease`)."""
+        from triggerfish_cli.storage.s3_lease import lease, lease_name
+
+        self._check_writable()
+        return lease(
+            self.client,
+            self.bucket,
+            self._object(lease_name(name)),
+            wait,
+            f"{name} on {self.describe()}",
+            errors=self._errors,
+            precondition=_PreconditionFailed,
+            ttl=self.lease_ttl,
+        )
 
     def count(self, prefix: str | None = None) -> int:
         return sum(1 for _ in self.entries(prefix))
