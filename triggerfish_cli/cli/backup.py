@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 app = sub_app(
     "backup",
-    "Back the store up, list, verify, restore and prune backups.\n\n"
+    "Back the store up; list, verify, restore and prune backups.\n\n"
     "Each backup is one file, triggerfish-<UTC time>.db.zst (SQLite, physical) or "
     ".jsonl.zst (logical: JSON Lines of every key, restorable into any backend), "
     "with its manifest at its end. Default destination: <base>/backups/store/.",
