@@ -225,7 +225,7 @@ def read_manifest(path: Path) -> Manifest:
 class HashingWriter:
     """A file-like sink that hashes and counts what passes through it."""
 
-    def __init__(self, sink: IO[bytes]) -> None:
+    def __init__(self, sink: Any) -> None:
         self.sink = sink
         self.sha = hashlib.sha256()
         self.count = 0

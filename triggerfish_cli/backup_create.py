@@ -16,6 +16,7 @@ are read batch after batch), compressed the same way.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 from collections import Counter
@@ -171,72 +172,123 @@ def create_backup(
         label=label,
         sqlite_version=sqlite3.sqlite_version,
     )
-    options = {"level": level, "threads": threads}
+    options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":
         assert isinstance(provider, SqliteStorage)
-        with temp_dir(dest.scratch_dir(), "snapshot") as scratch:
-            snapshot = scratch / "snapshot.db"
-            _snapshot(provider, snapshot, manifest)
-            with snapshot.open("rb") as source, dest.writer(name) as sink:
-                _write(source, sink, manifest, compression, options)
+        with dest.staging(name) as staged:
+            if compression == "none":  # the snapshot is the payload: no second copy
+                _snapshot(provider, staged, manifest)
+                with _counting(staged, manifest), staged.open("rb") as source:
+                    sink = HashingWriter(_NullSink())
+                    compress_stream(source, sink, "none")
+                manifest.content_bytes = sink.count
+                _finish_payload(sink, manifest)
+                with staged.open("ab") as handle:
+                    _trailer(handle, manifest)
+            else:
+                with temp_dir(dest.scratch_dir(), "snapshot") as scratch:
+                    snapshot = scratch / "snapshot.db"
+                    _snapshot(provider, snapshot, manifest)
+                    with (
+                        _counting(snapshot, manifest),
+                        snapshot.open("rb") as source,
+                        staged.open("wb") as handle,
+                    ):
+                        sink = HashingWriter(handle)
+                        manifest.content_bytes = compress_stream(
+                            source, sink, compression, **options
+                        )
+                    _finish_payload(sink, manifest)
+                    with staged.open("ab") as handle:
+                        _trailer(handle, manifest)
     else:
         counter = KeyCounter()
         chunks = _json_lines(_rows(provider), counter, on_progress)
-        with dest.writer(name) as sink:
-            _write(chunks, sink, manifest, compression, options, counter)
+        with dest.writer(name) as handle:
+            sink = HashingWriter(handle)
+            manifest.content_bytes = compress_stream(chunks, sink, compression, **options)
+            _set_counts(manifest, counter.counts())
+            _finish_payload(sink, manifest)
+            _trailer(handle, manifest)
     return Created(name, dest.describe(), manifest, time.perf_counter() - started)
 
 
-def _write(
-    source: Any,
-    sink: Any,
-    manifest: Manifest,
-    compression: str,
-    options: dict[str, Any],
-    counter: KeyCounter | None = None,
-) -> None:
-    hashing = HashingWriter(sink)
-    manifest.content_bytes = compress_stream(
-        source, hashing, compression, level=options["level"], threads=options["threads"]
-    )
-    if counter is not None:
-        counts = counter.counts()
-        manifest.keys, manifest.namespaces, manifest.memories = (
-            counts.keys,
-            counts.namespaces,
-            counts.memories,
-        )
-    manifest.payload_bytes = hashing.count
-    manifest.payload_sha256 = hashing.sha.hexdigest()
-    pause = os.environ.get(PAUSE_ENV)
-    if pause:
-        import time
+class _NullSink:
+    def write(self, data: bytes) -> int:
+        return len(data)
 
-        time.sleep(float(pause))
-    sink.write(trailer_bytes(manifest))
+    def flush(self) -> None:
+        return None
 
 
-def _snapshot(provider: SqliteStorage, target: Path, manifest: Manifest) -> None:
-    """The online backup API in one step (pages=-1), then the snapshot's own counts."""
-    source = provider.connection
-    try:
-        copy = sqlite3.connect(target, isolation_level=None)
-        try:
-            source.backup(copy, pages=-1)
-            manifest.page_size = int(copy.execute("PRAGMA page_size").fetchone()[0])
-            manifest.page_count = int(copy.execute("PRAGMA page_count").fetchone()[0])
-            counts = count_rows(copy)
-        finally:
-            copy.close()
-        # The gateway's checkpoints could not pass our snapshot: catch up now.
-        source.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    except sqlite3.Error as exc:
-        raise translate_error(exc, f"{provider.path}: backup") from exc
+def _set_counts(manifest: Manifest, counts: Counts) -> None:
     manifest.keys, manifest.namespaces, manifest.memories = (
         counts.keys,
         counts.namespaces,
         counts.memories,
     )
+
+
+def _finish_payload(sink: HashingWriter, manifest: Manifest) -> None:
+    manifest.payload_bytes = sink.count
+    manifest.payload_sha256 = sink.sha.hexdigest()
+
+
+def _trailer(handle: Any, manifest: Manifest) -> None:
+    pause = os.environ.get(PAUSE_ENV)
+    if pause:
+        import time
+
+        time.sleep(float(pause))
+    handle.write(trailer_bytes(manifest))
+
+
+@contextlib.contextmanager
+def _counting(snapshot: Path, manifest: Manifest) -> Iterator[None]:
+    """Count the snapshot's keys in a thread (SQLite releases the GIL) during the block."""
+    import threading
+
+    found: list[Counts | BaseException] = []
+
+    def work() -> None:
+        try:
+            with contextlib.closing(sqlite3.connect(snapshot, isolation_level=None)) as conn:
+                found.append(count_rows(conn))
+        except BaseException as exc:  # handed to the main thread
+            found.append(exc)
+
+    thread = threading.Thread(target=work, name="backup-count", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    result = found[0]
+    if isinstance(result, sqlite3.Error):
+        raise translate_error(result, f"{snapshot}: count")
+    if isinstance(result, BaseException):
+        raise result
+    _set_counts(manifest, result)
+
+
+def _snapshot(provider: SqliteStorage, target: Path, manifest: Manifest) -> None:
+    """The online backup API in ONE step (pages=-1) into ``target``.
+
+    The copy needs neither a journal nor fsyncs of its own: it is a temp file
+    until the caller has fsynced and renamed it.
+    """
+    source = provider.connection
+    try:
+        with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as copy:
+            copy.execute("PRAGMA journal_mode=OFF")
+            copy.execute("PRAGMA synchronous=OFF")
+            source.backup(copy, pages=-1)
+            manifest.page_size = int(copy.execute("PRAGMA page_size").fetchone()[0])
+            manifest.page_count = int(copy.execute("PRAGMA page_count").fetchone()[0])
+        # The gateway's checkpoints could not pass our snapshot: catch up now.
+        source.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    except sqlite3.Error as exc:
+        raise translate_error(exc, f"{provider.path}: backup") from exc
 
 
 def _rows(provider: StorageProvider) -> Iterator[tuple[str, str]]:

@@ -19,7 +19,7 @@ from typing import IO, Any, Protocol
 
 from triggerfish_cli.backup_archive import Manifest, is_archive_name, read_manifest
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, UsageError
-from triggerfish_cli.fileio import atomic_writer
+from triggerfish_cli.fileio import atomic_writer, fsync_dir
 
 MARKER_SUFFIX = ".verified"
 
@@ -73,6 +73,8 @@ class Destination(Protocol):
     def exists(self, name: str) -> bool: ...
 
     def writer(self, name: str) -> contextlib.AbstractContextManager[IO[bytes]]: ...
+
+    def staging(self, name: str) -> contextlib.AbstractContextManager[Path]: ...
 
     def local_copy(
         self, name: str, scratch: Path | None
@@ -163,6 +165,26 @@ class LocalDestination:
     def writer(self, name: str) -> Iterator[IO[bytes]]:
         with atomic_writer(self.path(name), mode=0o600, binary=True) as handle:
             yield handle
+
+    @contextlib.contextmanager
+    def staging(self, name: str) -> Iterator[Path]:
+        """A private (0600) temp file beside the final name; fsynced and renamed on success."""
+        final = self.path(name)
+        try:
+            fd, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
+        except OSError as exc:
+            raise TriggerfishError(f"{final}: cannot write: {exc.strerror}") from exc
+        os.close(fd)
+        temp = Path(temp_name)
+        try:
+            yield temp
+            with temp.open("rb+") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temp, final)
+        except BaseException:
+            temp.unlink(missing_ok=True)
+            raise
+        fsync_dir(self.directory)
 
     @contextlib.contextmanager
     def local_copy(self, name: str, scratch: Path | None) -> Iterator[Path]:

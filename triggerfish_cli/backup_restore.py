@@ -143,7 +143,7 @@ def restore_physical(archive: Path, name: str, target: Path, *, force: bool) -> 
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch = scratch_path(target)
     try:
-        result = verify_file(archive, name, snapshot=scratch)
+        result = verify_file(archive, name, snapshot=scratch, durable=True)
         if not result.ok:
             raise VerificationError(
                 f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"

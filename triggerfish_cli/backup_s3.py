@@ -136,6 +136,14 @@ class S3Destination:
                 yield handle
             self.upload(path, name)
 
+    @contextlib.contextmanager
+    def staging(self, name: str) -> Iterator[Path]:
+        """A local scratch path, uploaded and checked when the block ends without error."""
+        with temp_dir(None, "upload") as work:
+            path = work / name
+            yield path
+            self.upload(path, name)
+
     def upload(self, path: Path, name: str) -> None:
         from boto3.s3.transfer import TransferConfig
 
