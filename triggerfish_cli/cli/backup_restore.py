@@ -87,8 +87,10 @@ def _logical(
     from triggerfish_cli.backup_restore import load_logical, load_mode
 
     if target is not None:
+        from triggerfish_cli.backup_restore import check_not_open
         from triggerfish_cli.storage.sqlite import SqliteStorage
 
+        check_not_open(target, options["force"])
         provider: Any = SqliteStorage(target, create=True)
         st._providers.append(provider)
     else:
