@@ -152,7 +152,8 @@ def test_kill_9_during_create_leaves_no_archive_under_a_final_name(
     assert not [p for p in store.iterdir() if is_archive_name(p.name)]
     run = cli("backup", "list", "--format", "json")
     assert run.exit_code == 0 and run.json() == []
-    assert cli("backup", "create").exit_code == 0  # and the next one works
+    assert cli("backup", "create").exit_code == 0  # and the next one works,
+    assert not [p.name for p in store.iterdir() if p.name.startswith(".")]  # cleaning up
 
 
 def test_kill_9_during_restore_leaves_the_store_intact(
@@ -180,3 +181,4 @@ def test_kill_9_during_restore_leaves_the_store_intact(
     run = cli("backup", "restore", str(archive), "--yes")
     assert run.exit_code == 0, run.stderr
     assert _rows(gateway_db) == GATEWAY_ROWS
+    assert not list(gateway_db.parent.glob(".*.tmp"))

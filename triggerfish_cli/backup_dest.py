@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -171,7 +172,10 @@ class LocalDestination:
         """A private (0600) temp file beside the final name; fsynced and renamed on success."""
         final = self.path(name)
         try:
-            fd, temp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.directory)
+            remove_stale(self.directory)
+            fd, temp_name = tempfile.mkstemp(
+                prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=self.directory
+            )
         except OSError as exc:
             raise TriggerfishError(f"{final}: cannot write: {exc.strerror}") from exc
         os.close(fd)
@@ -215,7 +219,9 @@ def temp_dir(near: Path | None, what: str) -> Iterator[Path]:
     try:
         if near is not None:
             near.mkdir(parents=True, exist_ok=True, mode=0o700)
-        path = Path(tempfile.mkdtemp(prefix=".tfadmin-", suffix=f".{what}", dir=near))
+        path = Path(
+            tempfile.mkdtemp(prefix=f".tfadmin-{os.getpid()}-", suffix=f".{what}", dir=near)
+        )
     except OSError as exc:
         where = near or tempfile.gettempdir()
         raise TriggerfishError(f"{where}: cannot create scratch: {exc}") from exc
@@ -223,3 +229,39 @@ def temp_dir(near: Path | None, what: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+_STALE = re.compile(r"^\.(?:triggerfish-.+\.(\d+)\.[^.]+\.tmp|tfadmin-(\d+)-.+)$")
+
+
+def remove_stale(directory: Path) -> list[str]:
+    """Remove the temp files and scratch directories of our processes that died (kill -9)."""
+    removed: list[str] = []
+    try:
+        children = list(directory.iterdir())
+    except OSError:
+        return removed
+    for child in children:
+        match = _STALE.match(child.name)
+        if match is None:
+            continue
+        pid = int(match.group(1) or match.group(2))
+        if pid == os.getpid() or _alive(pid):
+            continue
+        with contextlib.suppress(OSError):
+            if child.is_dir():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+            removed.append(child.name)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True

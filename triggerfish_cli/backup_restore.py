@@ -134,6 +134,17 @@ class Swapped:
 
 
 def scratch_path(target: Path) -> Path:
+    """The scratch file beside ``target``; those of dead processes (kill -9) are removed."""
+    import re
+
+    from triggerfish_cli.backup_dest import _alive
+
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp$")
+    with contextlib.suppress(OSError):
+        for child in target.parent.iterdir():
+            match = pattern.match(child.name)
+            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+                child.unlink(missing_ok=True)
     return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
 
 

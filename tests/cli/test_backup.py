@@ -223,3 +223,32 @@ def test_a_damaged_backup_in_s3_fails_verification(cli: CliFn, gateway_db: Path,
     assert run.exit_code == 5, run.stderr
     assert "checksum" in run.stderr
     assert cli("backup", "verify", "nope", "--from", where, *endpoint).exit_code == 3
+
+
+def test_a_large_backup_goes_to_s3_in_parts_and_verifies(
+    cli: CliFn, gateway_db: Path, s3: S3, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import sqlite3
+
+    from triggerfish_cli import backup_s3
+
+    monkeypatch.setattr(backup_s3, "MULTIPART", 5 << 20)  # S3's smallest part
+    conn = sqlite3.connect(gateway_db)
+    with conn:
+        conn.executemany(
+            "INSERT INTO kv VALUES (?, ?)",
+            ((f"conv:big:{i:012d}", "x" * 600) for i in range(20_000)),
+        )
+    conn.close()
+    bucket = s3.new_bucket()
+    where = f"s3://{bucket}/big"
+    endpoint = ["--endpoint-url", s3.endpoint_url]
+    run = cli("backup", "create", "-c", "none", "--to", where, *endpoint, "-f", "json")
+    assert run.exit_code == 0, run.stderr
+    document = run.json()
+    assert isinstance(document, dict) and document["manifest"]["payload_bytes"] > 10 << 20
+    client: Any = s3.client()
+    head = client.head_object(Bucket=bucket, Key=f"big/{document['name']}")
+    assert head["ETag"].strip('"').endswith(("-2", "-3"))  # a multipart upload
+    run = cli("backup", "verify", "--latest", "--from", where, *endpoint)
+    assert run.exit_code == 0, run.stderr
