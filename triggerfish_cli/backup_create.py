@@ -10,8 +10,9 @@ Counts per namespace and memories per level are taken from the snapshot
 itself, so they match it exactly.
 
 Any backend (``logical``): every key and value as JSON Lines in key order
-(SQLite: from one read transaction, a consistent snapshot; other backends
-are read batch after batch), compressed the same way.
+(SQLite: one read transaction; Postgres: one REPEATABLE READ transaction:
+both a consistent snapshot; S3 is listed page after page), compressed the
+same way.
 """
 
 from __future__ import annotations
@@ -309,8 +310,23 @@ def _rows(provider: StorageProvider) -> Iterator[tuple[str, str]]:
                     conn.execute("COMMIT")
         except sqlite3.Error as exc:
             raise translate_error(exc, f"{provider.path}: backup") from exc
+    elif provider.backend == "postgres":
+        yield from _postgres_rows(provider)
     else:
         yield from provider.scan(batch_size=5000)
+
+
+def _postgres_rows(provider: Any) -> Iterator[tuple[str, str]]:
+    """One REPEATABLE READ, READ ONLY transaction (a snapshot), streamed by a server cursor."""
+    conn = provider.connection
+    with provider._errors("backup"), conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with conn.cursor(name="tfadmin_backup") as cursor:
+            cursor.itersize = 5000
+            cursor.execute(
+                f"SELECT key, value FROM {provider.kv} WHERE key >= %s ORDER BY key", ("",)
+            )
+            yield from cursor
 
 
 def _json_lines(
