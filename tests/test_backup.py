@@ -395,3 +395,33 @@ def test_prune_leaves_files_it_cannot_read(cli: CliFn, gateway_db: Path) -> None
     assert run.exit_code == 0, run.stderr
     assert stranger.exists() and keep.exists()
     assert len(list(keep.parent.iterdir())) == 2
+
+
+def test_restore_over_a_damaged_store(cli: CliFn, gateway_db: Path) -> None:
+    archive = create(cli)
+    junk = b"SQLite format 3\x00" + os.urandom(8192)
+    gateway_db.write_bytes(junk)
+    run = cli("backup", "restore", str(archive), "--yes", "-f", "json")
+    assert run.exit_code == 0, run.stderr
+    document = run.json()
+    assert isinstance(document, dict)
+    assert kv_rows(gateway_db) == GATEWAY_ROWS
+    assert Path(document["kept"]).read_bytes() == junk
+
+
+def test_an_empty_store_backs_up_and_restores(cli: CliFn, tmp_path: Path) -> None:
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    empty = tmp_path / "empty.db"
+    SqliteStorage(empty, create=True).close()
+    for args in ([], ["--logical"], ["--logical", "-c", "gzip"], ["--logical", "-c", "none"]):
+        run = cli("--db", str(empty), "backup", "create", "-f", "json", *args)
+        assert run.exit_code == 0, run.stderr
+        document = run.json()
+        assert isinstance(document, dict) and document["manifest"]["keys"] == 0
+        archive = Path(document["destination"]) / document["name"]
+        assert cli("backup", "verify", str(archive)).exit_code == 0
+        target = tmp_path / f"t{len(args)}{args[-1] if args else ''}.db"
+        run = cli("backup", "restore", str(archive), "--to", str(target), "--yes")
+        assert run.exit_code == 0, run.stderr
+        assert kv_rows(target) == {}

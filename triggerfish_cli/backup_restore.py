@@ -180,13 +180,18 @@ def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE
     if target.exists():
         _checkpoint(target, force)
         kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
-        try:
-            os.link(target, kept)
-        except OSError:
-            shutil.copy2(target, kept)
         wal = Path(str(target) + "-wal")
-        if wal.exists() and wal.stat().st_size > 0:  # only with --force and a live writer
-            shutil.copy2(wal, str(kept) + "-wal")
+        try:
+            try:
+                os.link(target, kept)
+            except OSError:
+                shutil.copy2(target, kept)
+            if wal.exists() and wal.stat().st_size > 0:  # --force with a live writer, or damage
+                shutil.copy2(wal, str(kept) + "-wal")
+        except BaseException:
+            for leftover in (kept, Path(str(kept) + "-wal")):
+                leftover.unlink(missing_ok=True)
+            raise
         with contextlib.suppress(OSError):
             os.chmod(new, target.stat().st_mode & 0o7777)
     for suffix in ("-wal", "-shm"):
@@ -202,8 +207,9 @@ def _checkpoint(db: Path, force: bool) -> None:
         with contextlib.closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as conn:
             busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
     except sqlite3.Error as exc:
-        if force:
-            return
+        text = str(exc).lower()
+        if force or not ("locked" in text or "busy" in text):
+            return  # a damaged store (what a restore is for): kept as it is, -wal included
         raise BusyError(f"{db}: cannot checkpoint its WAL: {exc}") from exc
     wal = Path(str(db) + "-wal")
     if not force and ((busy and busy[0]) or (wal.exists() and wal.stat().st_size > 0)):

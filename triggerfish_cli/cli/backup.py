@@ -2,19 +2,28 @@
 
 from __future__ import annotations
 
-import enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from triggerfish_cli.cli.backup_options import (
+    ArchiveArg,
+    Compression,
+    EndpointOpt,
+    FromOpt,
+    LatestOpt,
+    ScratchOpt,
+    destination,
+    pick,
+)
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
 from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value, sub_app
 from triggerfish_cli.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup_dest import Destination
+    pass
 
 app = sub_app(
     "backup",
@@ -23,85 +32,6 @@ app = sub_app(
     ".jsonl.zst (logical: JSON Lines of every key, restorable into any backend), "
     "with its manifest at its end. Default destination: <base>/backups/store/.",
 )
-
-
-class Compression(str, enum.Enum):
-    zstd = "zstd"
-    gzip = "gzip"
-    none = "none"
-
-
-EndpointOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--endpoint-url",
-        metavar="URL",
-        help="S3-compatible endpoint for s3:// destinations "
-        "(default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, else AWS).",
-        show_default=False,
-    ),
-]
-FromOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--from",
-        metavar="DIR|s3://BUCKET/PREFIX",
-        help="Where the backups are (default: <base>/backups/store/).",
-        show_default=False,
-    ),
-]
-ArchiveArg = Annotated[
-    str | None,
-    typer.Argument(
-        metavar="[FILE]",
-        help="A backup file, or the name of one in --from.",
-        show_default=False,
-    ),
-]
-LatestOpt = Annotated[bool, typer.Option("--latest", help="The newest backup in --from.")]
-ScratchOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--scratch",
-        metavar="DIR",
-        help="Where to decompress for checking (default: the backup's directory, "
-        "else the system temp directory).",
-        show_default=False,
-    ),
-]
-
-
-def _destination(
-    spec: str | None, endpoint_url: str | None, *, create: bool = False
-) -> Destination:
-    from triggerfish_cli.backup_dest import open_destination
-
-    return open_destination(spec, endpoint_url=endpoint_url, create=create)
-
-
-def _pick(
-    file: str | None, latest: bool, source: str | None, endpoint_url: str | None
-) -> tuple[Destination, str]:
-    """The destination and archive name a FILE or --latest designates."""
-    from triggerfish_cli.backup_dest import LocalDestination
-
-    if file and latest:
-        raise UsageError("give a FILE or --latest, not both")
-    if file:
-        path = Path(file).expanduser()
-        if source is None and ("/" in file or path.exists()):
-            if not path.is_file():
-                raise NotFoundError(f"{file}: no such backup file")
-            return LocalDestination(path.parent), path.name
-        return _destination(source, endpoint_url), file
-    if not latest:
-        raise UsageError("which backup? give a FILE or --latest")
-    dest = _destination(source, endpoint_url)
-    entries = [entry for entry in dest.entries() if entry.manifest is not None]
-    if not entries:
-        raise NotFoundError(f"{dest.describe()}: no backups")
-    newest = max(entries, key=lambda entry: (entry.created, entry.name))
-    return dest, newest.name
 
 
 @app.command("create")
@@ -163,7 +93,7 @@ def create_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
-    dest = _destination(to, endpoint_url, create=True)
+    dest = destination(to, endpoint_url, create=True)
     provider = st.provider()
     with out.progress("backing up") as bar:
         created = create_backup(
@@ -202,7 +132,7 @@ def list_cmd(
 ) -> None:
     """The backups in a destination, oldest first: time, size, kind, label, verified state."""
     st = state(ctx)
-    dest = _destination(source, endpoint_url)
+    dest = destination(source, endpoint_url)
     entries = sorted(dest.entries(), key=lambda entry: (entry.created, entry.name))
     show_entries(st.output(fmt_value(fmt)), entries, dest.describe())
 
@@ -232,12 +162,12 @@ def verify_cmd(
     if all_:
         if file or latest:
             raise UsageError("--all verifies every backup: no FILE or --latest with it")
-        dest = _destination(source, endpoint_url)
+        dest = destination(source, endpoint_url)
         names = [entry.name for entry in dest.entries()]
         if not names:
             raise NotFoundError(f"{dest.describe()}: no backups")
     else:
-        dest, name = _pick(file, latest, source, endpoint_url)
+        dest, name = pick(file, latest, source, endpoint_url)
         names = [name]
     results = []
     with out.progress("verifying", total=len(names)) as bar:
@@ -316,7 +246,7 @@ def restore_cmd(
             raise UsageError("--undo applies to a SQLite store (give --db or --to)")
         run_undo(out, target, force=force, yes=yes, dry_run=dry_run)
         return
-    dest, name = _pick(file, latest, source, endpoint_url)
+    dest, name = pick(file, latest, source, endpoint_url)
     run_restore(
         st,
         out,
@@ -368,7 +298,7 @@ def prune_cmd(
     out = st.output(fmt_value(fmt), quiet or None)
     policy = KeepPolicy(keep_last, keep_daily, keep_weekly, keep_monthly)
     policy.check()
-    dest = _destination(source, endpoint_url)
+    dest = destination(source, endpoint_url)
     plan = plan_prune(dest.entries(), policy)
     deletes = plan.deletes
     if dry_run or not deletes:
