@@ -171,7 +171,7 @@ def create_backup(
         backend=provider.backend,
         compression=compression,
         label=label,
-        sqlite_version=sqlite3.sqlite_version,
+        sqlite_version=sqlite3.sqlite_version if provider.backend == "sqlite" else None,
     )
     options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":

@@ -170,7 +170,26 @@ def restore_physical(archive: Path, name: str, target: Path, *, force: bool) -> 
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(str(scratch) + suffix).unlink(missing_ok=True)
-    return Swapped(str(target), str(kept) if kept else None, result.manifest, result.checks)
+    manifest = result.manifest
+    assert manifest is not None
+    details = {"kind": "physical", "created": manifest.created, "kept": str(kept) if kept else None}
+    _audit_file(target, "backup_restore", name, {"keys": manifest.keys}, details)
+    return Swapped(str(target), str(kept) if kept else None, manifest, result.checks)
+
+
+def _audit_file(
+    db: Path, action: str, target: str, counts: dict[str, int], details: dict[str, Any]
+) -> None:
+    """The audit record of a restore, in the store it produced (best effort: it is done)."""
+    from triggerfish_cli import audit
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    with contextlib.suppress(TriggerfishError):
+        store = SqliteStorage(db)
+        try:
+            audit.record(store, action, target=target, counts=counts, details=details)
+        finally:
+            store.close()
 
 
 def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE) -> Path | None:
@@ -246,6 +265,7 @@ def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
     if wal.exists():
         os.replace(wal, str(target) + "-wal")
     newest.unlink()
+    _audit_file(target, "backup_undo", newest.name, {}, {"kept": str(kept) if kept else None})
     return Swapped(str(target), str(kept) if kept else None, None, [f"put back {newest.name}"])
 
 
@@ -316,6 +336,15 @@ def load_logical(
     assert manifest is not None
     rows = _archive_rows(archive, manifest, scratch / "snapshot.db")
     written, deleted = _load(provider, rows, mode, on_progress)
+    from triggerfish_cli import audit
+
+    audit.record(
+        provider,
+        "backup_restore",
+        target=name,
+        counts={"written": written, "deleted": deleted},
+        details={"kind": manifest.kind, "mode": mode, "created": manifest.created},
+    )
     notes = []
     if provider.backend == "sqlite":
         notes.append("the memory search index was not rebuilt: run `memory reindex`")
