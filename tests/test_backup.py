@@ -441,3 +441,19 @@ def test_an_empty_store_backs_up_and_restores(cli: CliFn, tmp_path: Path) -> Non
         run = cli("backup", "restore", str(archive), "--to", str(target), "--yes")
         assert run.exit_code == 0, run.stderr
         assert kv_rows(target) == {}
+
+
+def test_restore_through_a_symlink_swaps_the_real_file(
+    cli: CliFn, gateway_db: Path, tmp_path: Path
+) -> None:
+    archive = create(cli)
+    link = tmp_path / "link.db"
+    link.symlink_to(gateway_db)
+    conn = sqlite3.connect(gateway_db)
+    conn.execute("DELETE FROM kv WHERE key LIKE 'sessions:%'")
+    conn.commit()
+    conn.close()
+    run = cli("--db", str(link), "backup", "restore", str(archive), "--yes")
+    assert run.exit_code == 0, run.stderr
+    assert link.is_symlink() and kv_rows(gateway_db) == GATEWAY_ROWS
+    assert list(gateway_db.parent.glob("triggerfish.db.pre-restore-*"))

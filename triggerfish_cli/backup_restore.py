@@ -150,6 +150,7 @@ def scratch_path(target: Path) -> Path:
 
 def restore_physical(archive: Path, name: str, target: Path, *, force: bool) -> Swapped:
     """Verify ``archive`` into a scratch file beside ``target``, then swap it in."""
+    target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
     check_not_open(target, force)
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch = scratch_path(target)
@@ -211,8 +212,12 @@ def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE
             for leftover in (kept, Path(str(kept) + "-wal")):
                 leftover.unlink(missing_ok=True)
             raise
+        old = target.stat()
         with contextlib.suppress(OSError):
-            os.chmod(new, target.stat().st_mode & 0o7777)
+            os.chmod(new, old.st_mode & 0o7777)
+        if os.geteuid() == 0:  # run as root: the gateway's user must still own its store
+            with contextlib.suppress(OSError):
+                os.chown(new, old.st_uid, old.st_gid)
     for suffix in ("-wal", "-shm"):
         Path(str(target) + suffix).unlink(missing_ok=True)
     os.replace(new, target)
@@ -248,6 +253,7 @@ def pre_restores(target: Path) -> list[Path]:
 
 def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
     """Put the newest ``<db>.pre-restore-<time>`` back; keep the current one as ``.undone-``."""
+    target = Path(os.path.realpath(target))
     found = pre_restores(target)
     if not found:
         raise NotFoundError(f"{target}: no {target.name}{PRE_RESTORE}* file to put back")

@@ -179,11 +179,15 @@ def verify_cmd(
 
 
 def _sqlite_target(st: AppState, to: Path | None) -> Path | None:
-    """The SQLite file a physical restore replaces, None when the store is not SQLite."""
-    if to is not None:
-        return to.expanduser()
-    config = st.storage_config()
-    return config.path if config.backend == "sqlite" else None
+    """The SQLite file a restore replaces (symlinks resolved), None when the store is not SQLite."""
+    import os
+
+    if to is None:
+        config = st.storage_config()
+        if config.backend != "sqlite" or config.path is None:
+            return None
+        to = config.path
+    return Path(os.path.realpath(to.expanduser()))
 
 
 @app.command("restore")
