@@ -323,6 +323,22 @@ def load_mode(provider: StorageProvider, *, replace: bool, merge: bool) -> str:
     )
 
 
+#: Backends whose logical restore runs in one transaction.
+TRANSACTIONAL = ("sqlite", "postgres")
+
+
+def safety_backup(provider: StorageProvider) -> str:
+    """Before --replace/--merge on a store without transactions (S3): a logical backup
+    of it in the default backup directory, the way back if the restore stops part way."""
+    from triggerfish_cli.backup_create import create_backup
+    from triggerfish_cli.backup_dest import LocalDestination
+    from triggerfish_cli.paths import store_backups_dir
+
+    dest = LocalDestination(store_backups_dir(), create=True)
+    created = create_backup(provider, dest, logical=True, label="pre-restore")
+    return str(dest.path(created.name))
+
+
 def load_logical(
     archive: Path,
     name: str,

@@ -116,6 +116,11 @@ def test_logical_restore_into_a_non_empty_store_needs_replace_or_merge(
     document = run.json()
     assert isinstance(document, dict) and document["mode"] == "replace"
     assert contents(store) == rows
+    if store.backend == "s3":  # no transactions: the keys as they were are kept aside first
+        assert document["kept"] and Path(document["kept"]).exists()
+        assert cli("backup", "verify", document["kept"]).exit_code == 0
+    else:
+        assert document["kept"] is None
 
 
 def test_a_damaged_logical_backup_leaves_every_backend_untouched(

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli.cli.backup_output import show_restore
-from triggerfish_cli.errors import InvalidDataError
+from triggerfish_cli.errors import InvalidDataError, TriggerfishError
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup_dest import Destination
@@ -84,7 +84,12 @@ def _logical(
     dry_run: bool,
 ) -> None:
     from triggerfish_cli.backup_dest import temp_dir
-    from triggerfish_cli.backup_restore import load_logical, load_mode
+    from triggerfish_cli.backup_restore import (
+        TRANSACTIONAL,
+        load_logical,
+        load_mode,
+        safety_backup,
+    )
 
     if target is not None:
         from triggerfish_cli.backup_restore import check_not_open
@@ -119,13 +124,25 @@ def _logical(
             yes=options["yes"],
             what="the restore",
         )
-    with (
-        out.progress("restoring", total=manifest.keys) as bar,
-        temp_dir(dest.scratch_dir(), "restore") as work,
-        dest.local_copy(name, work) as path,
-    ):
-        result = load_logical(path, name, provider, mode, scratch=work, on_progress=bar.advance)
-    show_restore(out, result.as_dict())
+    kept = None
+    if mode != "empty" and provider.backend not in TRANSACTIONAL:
+        kept = safety_backup(provider)
+        out.info(f"the store's keys as they were are saved in {kept}")
+    try:
+        with (
+            out.progress("restoring", total=manifest.keys) as bar,
+            temp_dir(dest.scratch_dir(), "restore") as work,
+            dest.local_copy(name, work) as path,
+        ):
+            result = load_logical(path, name, provider, mode, scratch=work, on_progress=bar.advance)
+    except (TriggerfishError, KeyboardInterrupt):
+        if kept:
+            out.info(
+                "the restore stopped part way: put the store back with "
+                f"`triggerfish-admin backup restore {kept} --replace --yes`"
+            )
+        raise
+    show_restore(out, {**result.as_dict(), "kept": kept})
 
 
 def run_undo(out: Output, target: Path, *, force: bool, yes: bool, dry_run: bool) -> None:
