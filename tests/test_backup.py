@@ -457,3 +457,13 @@ def test_restore_through_a_symlink_swaps_the_real_file(
     assert run.exit_code == 0, run.stderr
     assert link.is_symlink() and kv_rows(gateway_db) == GATEWAY_ROWS
     assert list(gateway_db.parent.glob("triggerfish.db.pre-restore-*"))
+
+
+def test_a_backup_changed_after_its_verification_is_no_longer_verified(
+    cli: CliFn, gateway_db: Path
+) -> None:
+    archive = create(cli)
+    assert cli("backup", "verify", str(archive)).exit_code == 0
+    archive.write_bytes(archive.read_bytes()[:100] + archive.read_bytes())  # grew at the front
+    rows = cli("backup", "list", "--format", "json").json()
+    assert isinstance(rows, list) and rows[0]["verified"] == "no"

@@ -42,6 +42,8 @@ class Entry:
             return "no"
         if self.marker.get("sha256") != self.manifest.payload_sha256:
             return "no"
+        if self.marker.get("size") not in (None, self.size):  # changed since verified
+            return "no"
         return "yes" if self.marker.get("ok") else "FAILED"
 
     @property

@@ -56,9 +56,10 @@ class Verified:
             "failures": self.failures,
         }
 
-    def marker(self) -> dict[str, Any]:
+    def marker(self, size: int | None = None) -> dict[str, Any]:
         return {
             "at": now_iso(),
+            "size": size,
             "ok": self.ok,
             "sha256": self.manifest.payload_sha256 if self.manifest else None,
             "failures": self.failures,
@@ -262,12 +263,13 @@ def verify_in(dest: Destination, name: str, *, scratch: Path | None = None) -> V
         temp_dir(scratch or dest.scratch_dir(), "verify") as work,
         dest.local_copy(name, work) as path,
     ):
+        size = path.stat().st_size
         try:
             result = verify_file(path, name, snapshot=work / "snapshot.db")
         except InvalidDataError as exc:
             result = Verified(name, None, [exc.message], invalid=True)
     if result.manifest is not None:
-        dest.write_marker(name, result.marker())
+        dest.write_marker(name, result.marker(size))
     return result
 
 
