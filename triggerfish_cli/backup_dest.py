@@ -221,6 +221,7 @@ def temp_dir(near: Path | None, what: str) -> Iterator[Path]:
     try:
         if near is not None:
             near.mkdir(parents=True, exist_ok=True, mode=0o700)
+            remove_stale(near)
         path = Path(
             tempfile.mkdtemp(prefix=f".tfadmin-{os.getpid()}-", suffix=f".{what}", dir=near)
         )
