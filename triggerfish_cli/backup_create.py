@@ -154,6 +154,8 @@ def create_backup(
 
     if compression not in COMPRESSIONS:
         raise UsageError(f"unknown compression {compression!r}: zstd, gzip or none")
+    if level is not None and compression == "gzip" and not 0 <= level <= 9:
+        raise UsageError(f"--level {level}: gzip levels are 0 to 9")
     if threads is None:
         threads = min(4, os.cpu_count() or 1)
     started = time.perf_counter()
