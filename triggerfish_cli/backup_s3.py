@@ -3,8 +3,10 @@
 The archive is built in a local scratch directory exactly as for a local
 destination, then uploaded (multipart above 64 MiB, each part with an S3
 SHA-256 checksum the server checks on receipt) with the archive's sha256 in
-the object's metadata; after the upload a HEAD compares size and metadata,
-and the object is only then considered written. Manifests are read with two
+the object's metadata; after the upload a HEAD compares the size, the
+metadata and S3's own SHA-256 checksum of what it stored (of the whole
+object, or the composite of its parts) with the local file; a mismatching
+object is deleted. Manifests are read with two
 ranged GETs from the object's end; verify and restore download the archive
 to scratch first. Credentials come from the standard AWS chain;
 ``--endpoint-url`` (or ``AWS_ENDPOINT_URL``) reaches S3-compatible stores.
@@ -53,12 +55,15 @@ class S3Destination:
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
         return self.store._errors(what)
 
-    def _head(self, name: str) -> dict[str, Any] | None:
+    def _head(self, name: str, *, checksums: bool = False) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError
 
+        extra = {"ChecksumMode": "ENABLED"} if checksums else {}
         try:
             with self._errors("head"):
-                return dict(self.client.head_object(Bucket=self.bucket, Key=self._key(name)))
+                return dict(
+                    self.client.head_object(Bucket=self.bucket, Key=self._key(name), **extra)
+                )
         except NotFoundError:
             return None
         except TriggerfishError as exc:
@@ -147,19 +152,21 @@ class S3Destination:
     def upload(self, path: Path, name: str) -> None:
         from boto3.s3.transfer import TransferConfig
 
-        digest = _sha256(path)
+        digest, expected = _digests(path, MULTIPART)
         config = TransferConfig(multipart_threshold=MULTIPART, multipart_chunksize=MULTIPART)
         extra = {"Metadata": {"sha256": digest}, "ChecksumAlgorithm": "SHA256"}
         with self._errors("upload"):
             self.client.upload_file(
                 str(path), self.bucket, self._key(name), ExtraArgs=extra, Config=config
             )
-        head = self._head(name)
+        head = self._head(name, checksums=True)
         size = path.stat().st_size
+        stored = str((head or {}).get("ChecksumSHA256") or "").split("-")[0]
         if (
             head is None
             or int(head["ContentLength"]) != size
             or head.get("Metadata", {}).get("sha256") != digest
+            or (stored and stored != expected)
         ):
             with contextlib.suppress(TriggerfishError), self._errors("delete"):
                 self.client.delete_object(Bucket=self.bucket, Key=self._key(name))
@@ -212,3 +219,24 @@ def _sha256(path: Path) -> str:
                 break
             sha.update(data)
     return sha.hexdigest()
+
+
+def _digests(path: Path, part_size: int) -> tuple[str, str]:
+    """The file's sha256 (hex), and the SHA-256 checksum S3 keeps for it (base64): of the
+    whole object for a single-part upload, else of the concatenated part digests."""
+    import base64
+
+    whole = hashlib.sha256()
+    parts: list[bytes] = []
+    size = 0
+    with path.open("rb") as handle:
+        while True:
+            data = handle.read(part_size)
+            if not data:
+                break
+            whole.update(data)
+            parts.append(hashlib.sha256(data).digest())
+            size += len(data)
+    single = size < part_size
+    stored = whole.digest() if single else hashlib.sha256(b"".join(parts)).digest()
+    return whole.hexdigest(), base64.b64encode(stored).decode("ascii")

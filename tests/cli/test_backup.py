@@ -257,3 +257,18 @@ def test_a_large_backup_goes_to_s3_in_parts_and_verifies(
     assert head["ETag"].strip('"').endswith(("-2", "-3"))  # a multipart upload
     run = cli("backup", "verify", "--latest", "--from", where, *endpoint)
     assert run.exit_code == 0, run.stderr
+
+
+def test_an_upload_s3_stored_differently_is_deleted_and_fails(
+    cli: CliFn, gateway_db: Path, s3: S3, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from triggerfish_cli import backup_s3
+
+    real = backup_s3._digests
+    monkeypatch.setattr(backup_s3, "_digests", lambda path, size: (real(path, size)[0], "AAAA"))
+    bucket = s3.new_bucket()
+    run = cli("backup", "create", "--to", f"s3://{bucket}/x", "--endpoint-url", s3.endpoint_url)
+    assert run.exit_code == 5, run.stderr
+    assert "does not match" in run.stderr
+    client: Any = s3.client()
+    assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
