@@ -41,6 +41,10 @@ GROUPS: dict[str, tuple[str, str]] = {
         "triggerfish_cli.cli.retention",
         "Apply the retention policies: see them, plan a sweep, sweep.",
     ),
+    "backup": (
+        "triggerfish_cli.cli.backup",
+        "Back the store up; list, verify, restore and prune backups.",
+    ),
     "migrate": (
         "triggerfish_cli.cli.migrate",
         "Move a store to another backend, verified and resumable.",

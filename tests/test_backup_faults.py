@@ -1,0 +1,186 @@
+"""`backup` against a live writer, and killed (-9) in the middle of create and restore."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import CliFn
+from tests.helpers.gateway import GATEWAY_ROWS
+from triggerfish_cli.backup_archive import is_archive_name
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fill(db: Path, count: int) -> None:
+    conn = sqlite3.connect(db)
+    with conn:
+        conn.executemany(
+            "INSERT INTO kv VALUES (?, ?)",
+            ((f"conv:bulk:{i:012d}", json.dumps({"n": i, "pad": "x" * 400})) for i in range(count)),
+        )
+    conn.close()
+
+
+def _rows(db: Path) -> dict[str, str]:
+    conn = sqlite3.connect(db)
+    try:
+        rows = dict(conn.execute("SELECT key, value FROM kv"))
+        return {key: value for key, value in rows.items() if ":admin_backup_" not in key}
+    finally:
+        conn.close()
+
+
+def _cli(db: Path, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    return [sys.executable, "-m", "triggerfish_cli", "--db", str(db), "backup", *args]
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return {**os.environ, **extra}
+
+
+@pytest.fixture
+def writer(gateway_db: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """A second process inserting every few milliseconds until the stop file appears."""
+    stop, out = tmp_path / "stop", tmp_path / "writer.json"
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "helpers" / "writer.py"),
+            str(gateway_db),
+            str(stop),
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+    try:
+        yield process, stop
+    finally:
+        stop.touch()
+        process.wait(timeout=60)
+
+
+def test_a_backup_under_a_live_writer_restores_everything_committed_before_it(
+    cli: CliFn,
+    gateway_db: Path,
+    tmp_path: Path,
+    writer: tuple[subprocess.Popen[bytes], Path],
+) -> None:
+    process, stop = writer
+    _fill(gateway_db, 20_000)  # a store big enough for the copy to overlap the writes
+    time.sleep(0.2)
+    before = _rows(gateway_db)
+    run = cli("backup", "create", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    document = run.json()
+    assert isinstance(document, dict)
+    archive = Path(document["destination"]) / document["name"]
+    time.sleep(0.1)
+    stop.touch()
+    process.wait(timeout=60)
+    report = json.loads((tmp_path / "writer.json").read_text())
+    assert report["errors"] == []  # the writer never failed
+    target = tmp_path / "restored.db"
+    run = cli("backup", "restore", str(archive), "--to", str(target), "--yes")
+    assert run.exit_code == 0, run.stderr
+    conn = sqlite3.connect(target)
+    assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    restored = dict(conn.execute("SELECT key, value FROM kv"))
+    conn.close()
+    for key, value in before.items():  # every row committed before the backup started
+        assert key in restored
+        if not key.startswith(("sessions:", "conv-session:")):
+            assert restored[key] == value
+    audit = [key for key in restored if key.endswith(":admin_backup_restore")]
+    assert len(audit) == 1 and document["manifest"]["keys"] == len(restored) - 1
+
+
+def test_a_logical_backup_under_a_live_writer(
+    cli: CliFn, gateway_db: Path, tmp_path: Path, writer: tuple[subprocess.Popen[bytes], Path]
+) -> None:
+    _fill(gateway_db, 5_000)
+    before = set(_rows(gateway_db))
+    run = cli("backup", "create", "--logical", "--verify", "--format", "json")
+    assert run.exit_code == 0, run.stderr
+    document = run.json()
+    assert isinstance(document, dict) and document["verified"]["ok"]
+    target = tmp_path / "fresh.db"
+    archive = Path(document["destination"]) / document["name"]
+    assert cli("backup", "restore", str(archive), "--to", str(target), "--yes").exit_code == 0
+    assert before <= set(_rows(target))
+
+
+def _kill_when(path_glob: tuple[Path, str], command: list[str], env: dict[str, str]) -> None:
+    """Start ``command``, wait until a file matching the glob appears, kill -9 it."""
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    directory, pattern = path_glob
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if directory.is_dir() and list(directory.glob(pattern)):
+            break
+        if process.poll() is not None:
+            raise AssertionError(process.communicate())
+        time.sleep(0.02)
+    else:
+        process.kill()
+        raise AssertionError("the command never reached the point to kill it at")
+    time.sleep(0.3)  # inside the test hook's pause
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    assert process.returncode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("compression", ["zstd", "none"])
+def test_kill_9_during_create_leaves_no_archive_under_a_final_name(
+    cli: CliFn, gateway_db: Path, base_dir: Path, compression: str
+) -> None:
+    store = base_dir / "backups" / "store"
+    _kill_when(
+        (store, ".triggerfish-*.tmp"),
+        _cli(gateway_db, "create", "-c", compression),
+        _env(TFADMIN_TEST_BACKUP_PAUSE="30"),
+    )
+    assert not [p for p in store.iterdir() if is_archive_name(p.name)]
+    run = cli("backup", "list", "--format", "json")
+    assert run.exit_code == 0 and run.json() == []
+    assert cli("backup", "create").exit_code == 0  # and the next one works,
+    assert not [p.name for p in store.iterdir() if p.name.startswith(".")]  # cleaning up
+
+
+def test_kill_9_during_restore_leaves_the_store_intact(
+    cli: CliFn, gateway_db: Path, base_dir: Path
+) -> None:
+    run = cli("backup", "create", "--format", "json")
+    document = run.json()
+    assert isinstance(document, dict)
+    archive = Path(document["destination"]) / document["name"]
+    conn = sqlite3.connect(gateway_db)
+    conn.execute("DELETE FROM kv WHERE key LIKE 'sessions:%'")
+    conn.commit()
+    conn.close()
+    before = hashlib.sha256(gateway_db.read_bytes()).hexdigest()
+    rows = _rows(gateway_db)
+    _kill_when(
+        (gateway_db.parent, ".triggerfish.db.restore-*.tmp"),
+        _cli(gateway_db, "restore", str(archive), "--yes"),
+        _env(TFADMIN_TEST_RESTORE_PAUSE="30"),
+    )
+    assert hashlib.sha256(gateway_db.read_bytes()).hexdigest() == before
+    assert _rows(gateway_db) == rows
+    assert not list(gateway_db.parent.glob("*pre-restore*"))
+    # the leftover scratch file does not stop the next restore
+    run = cli("backup", "restore", str(archive), "--yes")
+    assert run.exit_code == 0, run.stderr
+    assert _rows(gateway_db) == GATEWAY_ROWS
+    assert not list(gateway_db.parent.glob(".*.tmp"))

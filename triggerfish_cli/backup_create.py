@@ -1,0 +1,357 @@
+"""``backup create``: a consistent snapshot of a live store, compressed, with its manifest.
+
+SQLite (``physical``): the online backup API in ONE step from the live WAL
+store into a scratch file. One step holds one WAL read snapshot for the whole
+copy: it never blocks the gateway's writers and is never restarted by them
+(a stepped backup restarts on every write and may never finish). The
+scratch file then streams through the compressor into the archive, hashed
+on the way, written under a temp name, fsynced and renamed (mode 0600).
+Counts per namespace and memories per level are taken from the snapshot
+itself, so they match it exactly.
+
+Any backend (``logical``): every key and value as JSON Lines in key order
+(SQLite: one read transaction; Postgres: one REPEATABLE READ transaction:
+both a consistent snapshot; S3 is listed page after page), compressed the
+same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli import namespaces
+from triggerfish_cli.backup_archive import (
+    COMPRESSIONS,
+    HashingWriter,
+    Manifest,
+    archive_name,
+    compress_stream,
+    trailer_bytes,
+)
+from triggerfish_cli.backup_dest import Destination, temp_dir
+from triggerfish_cli.errors import UsageError
+from triggerfish_cli.serialization import now_iso
+from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
+from triggerfish_cli.storage.sqlite import SqliteStorage, _range_clause, translate_error
+
+MEMORY_PREFIX = "memory:"
+#: A test hook: seconds to sleep with the archive half written (kill -9 tests).
+PAUSE_ENV = "TFADMIN_TEST_BACKUP_PAUSE"
+
+
+@dataclass
+class Counts:
+    keys: int
+    namespaces: dict[str, int]
+    memories: dict[str, int]
+
+
+def count_rows(conn: sqlite3.Connection) -> Counts:
+    """Keys per namespace (unknown ones by first segment) and memory records per level.
+
+    Reads only the key index: range counts for the known namespaces, one
+    grouped query per gap between them, the memory keys for their levels.
+    """
+    found: dict[str, int] = {}
+    for prefix in namespaces.PREFIXES:
+        where, params = _range_clause(prefix)
+        count = int(conn.execute(f"SELECT count(*) FROM kv WHERE {where}", params).fetchone()[0])
+        if count:
+            found[prefix] = count
+    for low, high in uncovered_ranges(namespaces.PREFIXES):
+        conditions, params = [], []
+        if low is not None:
+            conditions.append("key >= ?")
+            params.append(low)
+        if high is not None:
+            conditions.append("key < ?")
+            params.append(high)
+        where = " AND ".join(conditions) or "1"
+        rows = conn.execute(
+            "SELECT CASE WHEN instr(key, ':') > 0 THEN substr(key, 1, instr(key, ':')) "
+            f"ELSE '' END AS grp, count(*) FROM kv WHERE {where} GROUP BY grp",
+            params,
+        ).fetchall()
+        for group, count in rows:
+            found[group] = found.get(group, 0) + int(count)
+    where, params = _range_clause(MEMORY_PREFIX)
+    levels: Counter[str] = Counter()
+    for (key,) in conn.execute(f"SELECT key FROM kv WHERE {where}", params):
+        level = memory_level(key)
+        if level is not None:
+            levels[level] += 1
+    return Counts(sum(found.values()), found, dict(levels))
+
+
+def memory_level(key: str) -> str | None:
+    from triggerfish_cli.memory import split_key
+
+    parts = split_key(key)
+    return parts[1].name if parts else None
+
+
+class KeyCounter:
+    """The same counts as :func:`count_rows`, one key at a time (logical backups)."""
+
+    def __init__(self) -> None:
+        self.groups: Counter[str] = Counter()
+        self.levels: Counter[str] = Counter()
+        self.keys = 0
+
+    def add(self, key: str) -> None:
+        self.keys += 1
+        self.groups[namespaces.group_of(key)] += 1
+        if key.startswith(MEMORY_PREFIX):
+            level = memory_level(key)
+            if level is not None:
+                self.levels[level] += 1
+
+    def counts(self) -> Counts:
+        return Counts(self.keys, dict(self.groups), dict(self.levels))
+
+
+@dataclass
+class Created:
+    name: str
+    destination: str
+    manifest: Manifest
+    seconds: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "destination": self.destination,
+            "seconds": round(self.seconds, 3),
+            "manifest": self.manifest.as_dict(),
+        }
+
+
+def choose_kind(provider: StorageProvider, logical: bool) -> str:
+    if logical:
+        return "logical"
+    return "physical" if isinstance(provider, SqliteStorage) else "logical"
+
+
+def create_backup(
+    provider: StorageProvider,
+    dest: Destination,
+    *,
+    logical: bool = False,
+    compression: str = "zstd",
+    level: int | None = None,
+    threads: int | None = None,
+    label: str | None = None,
+    on_progress: Callable[[int], None] | None = None,
+) -> Created:
+    import time
+
+    if compression not in COMPRESSIONS:
+        raise UsageError(f"unknown compression {compression!r}: zstd, gzip or none")
+    if level is not None and compression == "gzip" and not 0 <= level <= 9:
+        raise UsageError(f"--level {level}: gzip levels are 0 to 9")
+    if threads is None:
+        threads = min(4, os.cpu_count() or 1)
+    started = time.perf_counter()
+    kind = choose_kind(provider, logical)
+    created = now_iso()
+    name = archive_name(created, kind, compression)
+    serial = 0
+    while dest.exists(name):
+        serial += 1
+        name = archive_name(created, kind, compression, serial)
+    manifest = Manifest(
+        kind=kind,
+        created=created,
+        source=provider.describe(),
+        backend=provider.backend,
+        compression=compression,
+        label=label,
+        sqlite_version=sqlite3.sqlite_version if provider.backend == "sqlite" else None,
+    )
+    options: dict[str, Any] = {"level": level, "threads": threads}
+    if kind == "physical":
+        assert isinstance(provider, SqliteStorage)
+        with dest.staging(name) as staged:
+            if compression == "none":  # the snapshot is the payload: no second copy
+                _snapshot(provider, staged, manifest)
+                with _counting(staged, manifest), staged.open("rb") as source:
+                    sink = HashingWriter(_NullSink())
+                    compress_stream(source, sink, "none")
+                manifest.content_bytes = sink.count
+                _finish_payload(sink, manifest)
+                with staged.open("ab") as handle:
+                    _trailer(handle, manifest)
+            else:
+                with temp_dir(dest.scratch_dir(), "snapshot") as scratch:
+                    snapshot = scratch / "snapshot.db"
+                    _snapshot(provider, snapshot, manifest)
+                    with (
+                        _counting(snapshot, manifest),
+                        snapshot.open("rb") as source,
+                        staged.open("wb") as handle,
+                    ):
+                        sink = HashingWriter(handle)
+                        manifest.content_bytes = compress_stream(
+                            source, sink, compression, **options
+                        )
+                    _finish_payload(sink, manifest)
+                    with staged.open("ab") as handle:
+                        _trailer(handle, manifest)
+    else:
+        counter = KeyCounter()
+        chunks = _json_lines(_rows(provider), counter, on_progress)
+        with dest.writer(name) as handle:
+            sink = HashingWriter(handle)
+            manifest.content_bytes = compress_stream(chunks, sink, compression, **options)
+            _set_counts(manifest, counter.counts())
+            _finish_payload(sink, manifest)
+            _trailer(handle, manifest)
+    return Created(name, dest.describe(), manifest, time.perf_counter() - started)
+
+
+class _NullSink:
+    def write(self, data: bytes) -> int:
+        return len(data)
+
+    def flush(self) -> None:
+        return None
+
+
+def _set_counts(manifest: Manifest, counts: Counts) -> None:
+    manifest.keys, manifest.namespaces, manifest.memories = (
+        counts.keys,
+        counts.namespaces,
+        counts.memories,
+    )
+
+
+def _finish_payload(sink: HashingWriter, manifest: Manifest) -> None:
+    manifest.payload_bytes = sink.count
+    manifest.payload_sha256 = sink.sha.hexdigest()
+
+
+def _trailer(handle: Any, manifest: Manifest) -> None:
+    pause = os.environ.get(PAUSE_ENV)
+    if pause:
+        import time
+
+        time.sleep(float(pause))
+    handle.write(trailer_bytes(manifest))
+
+
+@contextlib.contextmanager
+def _counting(snapshot: Path, manifest: Manifest) -> Iterator[None]:
+    """Count the snapshot's keys in a thread (SQLite releases the GIL) during the block."""
+    import threading
+
+    found: list[Counts | BaseException] = []
+
+    def work() -> None:
+        try:
+            with contextlib.closing(sqlite3.connect(snapshot, isolation_level=None)) as conn:
+                found.append(count_rows(conn))
+        except BaseException as exc:  # handed to the main thread
+            found.append(exc)
+
+    thread = threading.Thread(target=work, name="backup-count", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        thread.join()
+    result = found[0]
+    if isinstance(result, sqlite3.Error):
+        raise translate_error(result, f"{snapshot}: count")
+    if isinstance(result, BaseException):
+        raise result
+    _set_counts(manifest, result)
+
+
+def _snapshot(provider: SqliteStorage, target: Path, manifest: Manifest) -> None:
+    """The online backup API in ONE step (pages=-1) into ``target``.
+
+    The copy needs neither a journal nor fsyncs of its own: it is a temp file
+    until the caller has fsynced and renamed it.
+    """
+    source = provider.connection
+    try:
+        with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as copy:
+            copy.execute("PRAGMA journal_mode=OFF")
+            copy.execute("PRAGMA synchronous=OFF")
+            source.backup(copy, pages=-1)
+            manifest.page_size = int(copy.execute("PRAGMA page_size").fetchone()[0])
+            manifest.page_count = int(copy.execute("PRAGMA page_count").fetchone()[0])
+        # The gateway's checkpoints could not pass our snapshot: catch up now.
+        source.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    except sqlite3.Error as exc:
+        raise translate_error(exc, f"{provider.path}: backup") from exc
+
+
+def _rows(provider: StorageProvider) -> Iterator[tuple[str, str]]:
+    if isinstance(provider, SqliteStorage):
+        # One read transaction: a consistent snapshot, never blocking the gateway (WAL).
+        conn = provider.connection
+        try:
+            conn.execute("BEGIN")
+            try:
+                cursor = conn.execute("SELECT key, value FROM kv ORDER BY key")
+                while True:
+                    rows = cursor.fetchmany(5000)
+                    if not rows:
+                        break
+                    yield from rows
+            finally:
+                if conn.in_transaction:
+                    conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            raise translate_error(exc, f"{provider.path}: backup") from exc
+    elif provider.backend == "postgres":
+        yield from _postgres_rows(provider)
+    else:
+        yield from provider.scan(batch_size=5000)
+
+
+def _postgres_rows(provider: Any) -> Iterator[tuple[str, str]]:
+    """One REPEATABLE READ, READ ONLY transaction (a snapshot), streamed by a server cursor."""
+    conn = provider.connection
+    with provider._errors("backup"), conn.transaction():
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        with conn.cursor(name="tfadmin_backup") as cursor:
+            cursor.itersize = 5000
+            cursor.execute(
+                f"SELECT key, value FROM {provider.kv} WHERE key >= %s ORDER BY key", ("",)
+            )
+            yield from cursor
+
+
+def _json_lines(
+    rows: Iterable[tuple[str, str]],
+    counter: KeyCounter,
+    on_progress: Callable[[int], None] | None,
+) -> Iterator[bytes]:
+    import json
+
+    encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
+    buffer: list[str] = []
+    size = 0
+    for key, value in rows:
+        counter.add(key)
+        line = encode({"key": key, "value": value})
+        buffer.append(line)
+        size += len(line)
+        if size >= 1 << 20:
+            yield ("\n".join(buffer) + "\n").encode("ascii")
+            if on_progress is not None:
+                on_progress(len(buffer))
+            buffer, size = [], 0
+    if buffer:
+        yield ("\n".join(buffer) + "\n").encode("ascii")
+        if on_progress is not None:
+            on_progress(len(buffer))

@@ -1,0 +1,447 @@
+"""``backup restore``: verify, restore into a scratch file, check it, swap it in atomically.
+
+Physical (a SQLite archive into a SQLite store): the archive is verified
+while it decompresses into a scratch file beside the store (same file
+system), the scratch passes the integrity checks, then the live store's WAL
+is checkpointed into it (no committed write is lost), the old file is kept
+as ``<db>.pre-restore-<time>`` (a hard link: no copy) and the scratch is
+renamed over the store in one ``os.replace``. Until that rename the store is
+untouched; a failure or kill -9 at any earlier point leaves it byte for byte
+as it was. ``undo`` puts the newest pre-restore file back the same way.
+
+Refused (exit 6) while another process has the store open (found through
+``/proc/*/fd`` and a probe of SQLite's shared-memory lock), unless forced.
+
+Logical (a JSON Lines archive, or any archive into a non-SQLite store): the
+rows load through the StorageProvider, into an empty store, or with
+``replace`` (one transaction on SQLite and Postgres) or ``merge``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli.backup_archive import LimitedHashingReader, Manifest, decompress_chunks
+from triggerfish_cli.backup_verify import Verified, iter_lines, verify_file
+from triggerfish_cli.errors import (
+    BusyError,
+    NotFoundError,
+    RefusedError,
+    TriggerfishError,
+    VerificationError,
+)
+from triggerfish_cli.fileio import fsync_dir
+from triggerfish_cli.serialization import now_iso
+from triggerfish_cli.storage.provider import StorageProvider, batched
+
+PAUSE_ENV = "TFADMIN_TEST_RESTORE_PAUSE"
+PRE_RESTORE = ".pre-restore-"
+SHM_DMS_BYTE = 128  # SQLite's "dead man switch" lock byte in the -shm file
+
+
+def stamp() -> str:
+    return now_iso().replace(":", "-")
+
+
+# -- who has the store open ---------------------------------------------------------
+
+
+def open_by_others(db: Path) -> list[str]:
+    """Processes (other than this one) holding the store or its WAL open: ``pid (name)``."""
+    targets = set()
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            targets.add(os.path.realpath(str(db) + suffix))
+    found: list[str] = []
+    proc = Path("/proc")
+    me = os.getpid()
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == me:
+                continue
+            try:
+                links = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+            except OSError:
+                continue
+            if targets.intersection(links):
+                try:
+                    comm = (entry / "comm").read_text().strip()
+                except OSError:
+                    comm = "?"
+                found.append(f"{entry.name} ({comm})")
+    if not found and _shm_in_use(db):
+        found.append("a process holding its shared-memory lock")
+    return found
+
+
+def _shm_in_use(db: Path) -> bool:
+    """True when another process holds SQLite's lock on the -shm file (it has the store open)."""
+    shm = Path(str(db) + "-shm")
+    try:
+        fd = os.open(shm, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, SHM_DMS_BYTE)
+        return False
+    finally:
+        os.close(fd)
+
+
+def check_not_open(db: Path, force: bool) -> None:
+    if force or not db.exists():
+        return
+    users = open_by_others(db)
+    if users:
+        raise BusyError(
+            f"{db}: open by another process: {', '.join(users[:5])}",
+            hint="stop the gateway first, or pass --force to restore anyway",
+        )
+
+
+# -- physical ------------------------------------------------------------------------------
+
+
+@dataclass
+class Swapped:
+    target: str
+    kept: str | None
+    manifest: Manifest | None
+    checks: list[str]
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "kept": self.kept,
+            "created": self.manifest.created if self.manifest else None,
+            "keys": self.manifest.keys if self.manifest else None,
+            "checks": self.checks,
+            "dry_run": self.dry_run,
+        }
+
+
+def scratch_path(target: Path) -> Path:
+    """The scratch file beside ``target``; those of dead processes (kill -9) are removed."""
+    import re
+
+    from triggerfish_cli.backup_dest import _alive
+
+    pattern = re.compile(rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp$")
+    with contextlib.suppress(OSError):
+        for child in target.parent.iterdir():
+            match = pattern.match(child.name)
+            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+                child.unlink(missing_ok=True)
+    return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
+
+
+def restore_physical(archive: Path, name: str, target: Path, *, force: bool) -> Swapped:
+    """Verify ``archive`` into a scratch file beside ``target``, then swap it in."""
+    target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
+    check_not_open(target, force)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch = scratch_path(target)
+    try:
+        result = verify_file(archive, name, snapshot=scratch, durable=True)
+        if not result.ok:
+            raise VerificationError(
+                f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
+            )
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(str(scratch) + suffix).unlink(missing_ok=True)
+        pause = os.environ.get(PAUSE_ENV)
+        if pause:
+            import time
+
+            time.sleep(float(pause))
+        kept = _swap_in(scratch, target, force=force)
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(scratch) + suffix).unlink(missing_ok=True)
+    manifest = result.manifest
+    assert manifest is not None
+    details = {"kind": "physical", "created": manifest.created, "kept": str(kept) if kept else None}
+    _audit_file(target, "backup_restore", name, {"keys": manifest.keys}, details)
+    return Swapped(str(target), str(kept) if kept else None, manifest, result.checks)
+
+
+def _audit_file(
+    db: Path, action: str, target: str, counts: dict[str, int], details: dict[str, Any]
+) -> None:
+    """The audit record of a restore, in the store it produced (best effort: it is done)."""
+    from triggerfish_cli import audit
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    with contextlib.suppress(TriggerfishError):
+        store = SqliteStorage(db)
+        try:
+            audit.record(store, action, target=target, counts=counts, details=details)
+        finally:
+            store.close()
+
+
+def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE) -> Path | None:
+    """Replace ``target`` with ``new`` atomically, keeping the old file under a new name."""
+    check_not_open(target, force)
+    kept: Path | None = None
+    if target.exists():
+        _checkpoint(target, force)
+        kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
+        wal = Path(str(target) + "-wal")
+        try:
+            try:
+                os.link(target, kept)
+            except OSError:
+                shutil.copy2(target, kept)
+            if wal.exists() and wal.stat().st_size > 0:  # --force with a live writer, or damage
+                shutil.copy2(wal, str(kept) + "-wal")
+        except BaseException:
+            for leftover in (kept, Path(str(kept) + "-wal")):
+                leftover.unlink(missing_ok=True)
+            raise
+        old = target.stat()
+        with contextlib.suppress(OSError):
+            os.chmod(new, old.st_mode & 0o7777)
+        if os.geteuid() == 0:  # run as root: the gateway's user must still own its store
+            with contextlib.suppress(OSError):
+                os.chown(new, old.st_uid, old.st_gid)
+    for suffix in ("-wal", "-shm"):
+        Path(str(target) + suffix).unlink(missing_ok=True)
+    os.replace(new, target)
+    fsync_dir(target.parent)
+    return kept
+
+
+def _checkpoint(db: Path, force: bool) -> None:
+    """Move every committed page of the WAL into the file, so the kept copy has them all."""
+    try:
+        with contextlib.closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as conn:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error as exc:
+        text = str(exc).lower()
+        if force or not ("locked" in text or "busy" in text):
+            return  # a damaged store (what a restore is for): kept as it is, -wal included
+        raise BusyError(f"{db}: cannot checkpoint its WAL: {exc}") from exc
+    wal = Path(str(db) + "-wal")
+    if not force and ((busy and busy[0]) or (wal.exists() and wal.stat().st_size > 0)):
+        raise BusyError(
+            f"{db}: its WAL could not be emptied (a writer is active)",
+            hint="stop the gateway first, or pass --force",
+        )
+
+
+def pre_restores(target: Path) -> list[Path]:
+    return sorted(
+        path
+        for path in target.parent.glob(f"{target.name}{PRE_RESTORE}*")
+        if not path.name.endswith(("-wal", "-shm"))
+    )
+
+
+def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
+    """Put the newest ``<db>.pre-restore-<time>`` back; keep the current one as ``.undone-``."""
+    target = Path(os.path.realpath(target))
+    found = pre_restores(target)
+    if not found:
+        raise NotFoundError(f"{target}: no {target.name}{PRE_RESTORE}* file to put back")
+    newest = found[-1]
+    if dry_run:
+        return Swapped(str(target), str(newest), None, [], dry_run=True)
+    check_not_open(target, force)
+    scratch = scratch_path(target)
+    try:
+        os.link(newest, scratch)
+    except OSError:
+        shutil.copy2(newest, scratch)
+    kept = _swap_in(scratch, target, force=force, keep_as=".undone-")
+    wal = Path(str(newest) + "-wal")
+    if wal.exists():
+        os.replace(wal, str(target) + "-wal")
+    newest.unlink()
+    _audit_file(target, "backup_undo", newest.name, {}, {"kept": str(kept) if kept else None})
+    return Swapped(str(target), str(kept) if kept else None, None, [f"put back {newest.name}"])
+
+
+# -- logical -------------------------------------------------------------------------------
+
+
+@dataclass
+class Loaded:
+    target: str
+    mode: str
+    written: int
+    deleted: int
+    manifest: Manifest | None
+    checks: list[str]
+    dry_run: bool = False
+    notes: list[str] | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "mode": self.mode,
+            "written": self.written,
+            "deleted": self.deleted,
+            "created": self.manifest.created if self.manifest else None,
+            "keys": self.manifest.keys if self.manifest else None,
+            "checks": self.checks,
+            "dry_run": self.dry_run,
+            "notes": self.notes or [],
+        }
+
+
+def load_mode(provider: StorageProvider, *, replace: bool, merge: bool) -> str:
+    """``empty``, ``replace`` or ``merge``; a non-empty store without either is refused."""
+    if replace and merge:
+        from triggerfish_cli.errors import UsageError
+
+        raise UsageError("--replace and --merge exclude each other")
+    empty = next(iter(provider.scan_keys(batch_size=1)), None) is None
+    if empty:
+        return "empty"
+    if replace:
+        return "replace"
+    if merge:
+        return "merge"
+    raise RefusedError(
+        f"{provider.describe()} is not empty: a logical restore needs --replace "
+        "(the store becomes exactly the backup, all or nothing) or --merge "
+        "(the backup's keys are written over the store's, others stay)"
+    )
+
+
+#: Backends whose logical restore runs in one transaction.
+TRANSACTIONAL = ("sqlite", "postgres")
+
+
+def safety_backup(provider: StorageProvider) -> str:
+    """Before --replace/--merge on a store without transactions (S3): a logical backup
+    of it in the default backup directory, the way back if the restore stops part way."""
+    from triggerfish_cli.backup_create import create_backup
+    from triggerfish_cli.backup_dest import LocalDestination
+    from triggerfish_cli.paths import store_backups_dir
+
+    dest = LocalDestination(store_backups_dir(), create=True)
+    created = create_backup(provider, dest, logical=True, label="pre-restore")
+    return str(dest.path(created.name))
+
+
+def load_logical(
+    archive: Path,
+    name: str,
+    provider: StorageProvider,
+    mode: str,
+    *,
+    scratch: Path,
+    on_progress: Callable[[int], None] | None = None,
+) -> Loaded:
+    """Verify the archive completely, then load its rows into ``provider``."""
+    result: Verified = verify_file(archive, name, snapshot=scratch / "snapshot.db")
+    if not result.ok:
+        raise VerificationError(
+            f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
+        )
+    manifest = result.manifest
+    assert manifest is not None
+    rows = _archive_rows(archive, manifest, scratch / "snapshot.db")
+    written, deleted = _load(provider, rows, mode, on_progress)
+    from triggerfish_cli import audit
+
+    audit.record(
+        provider,
+        "backup_restore",
+        target=name,
+        counts={"written": written, "deleted": deleted},
+        details={"kind": manifest.kind, "mode": mode, "created": manifest.created},
+    )
+    notes = []
+    if provider.backend == "sqlite":
+        notes.append("the memory search index was not rebuilt: run `memory reindex`")
+    return Loaded(provider.describe(), mode, written, deleted, manifest, result.checks, notes=notes)
+
+
+def _archive_rows(archive: Path, manifest: Manifest, snapshot: Path) -> Iterator[tuple[str, str]]:
+    if manifest.kind == "physical":
+        with contextlib.closing(sqlite3.connect(snapshot)) as conn:
+            yield from conn.execute("SELECT key, value FROM kv ORDER BY key")
+        return
+    with archive.open("rb") as handle:
+        reader = LimitedHashingReader(handle, manifest.payload_bytes)
+        chunks = decompress_chunks(reader, manifest.compression)
+        for key, value, _number, _size in iter_lines(chunks):
+            yield key, value
+
+
+def _load(
+    provider: StorageProvider,
+    rows: Iterator[tuple[str, str]],
+    mode: str,
+    on_progress: Callable[[int], None] | None,
+) -> tuple[int, int]:
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    def advance(count: int) -> None:
+        if on_progress is not None:
+            on_progress(count)
+
+    if isinstance(provider, SqliteStorage):
+        written = deleted = 0
+        with provider.transaction("restore") as conn:  # all or nothing
+            if mode == "replace":
+                deleted = conn.execute("DELETE FROM kv").rowcount
+            for batch in batched(rows, 5000):
+                conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", batch)
+                written += len(batch)
+                advance(len(batch))
+        return written, deleted
+    if provider.backend == "postgres" and mode != "merge":
+        pg: Any = provider
+        with pg.connection.transaction():  # the provider's own transactions nest as savepoints
+            deleted = provider.count() if mode == "replace" else 0
+            if mode == "replace":
+                provider.clear()
+            written = _write_batches(provider, rows, advance)
+        return written, deleted
+    written = 0
+    if mode != "replace":
+        return _write_batches(provider, rows, advance), 0
+    # No transactions here (S3): write every key, then delete those the backup lacks.
+    kept: set[str] = set()
+
+    def remember(source: Iterator[tuple[str, str]]) -> Iterator[tuple[str, str]]:
+        for key, value in source:
+            kept.add(key)
+            yield key, value
+
+    written = _write_batches(provider, remember(rows), advance)
+    extra = [key for key in provider.scan_keys(batch_size=5000) if key not in kept]
+    deleted = provider.delete_many(extra, batch_size=1000) if extra else 0
+    return written, deleted
+
+
+def _write_batches(
+    provider: StorageProvider, rows: Iterator[tuple[str, str]], advance: Callable[[int], None]
+) -> int:
+    written = 0
+    for batch in batched(rows, 5000):
+        provider.set_many(batch)
+        written += len(batch)
+        advance(len(batch))
+    return written
+
+
+def describe_error(exc: BaseException) -> str:
+    return exc.message if isinstance(exc, TriggerfishError) else str(exc)

@@ -1,0 +1,286 @@
+"""``backup verify``: prove that an archive restores to what its manifest says.
+
+One pass over the payload hashes it (sha256 against the manifest) while
+decompressing it: a physical backup into a scratch SQLite file that then
+passes ``PRAGMA integrity_check``, the FTS5 integrity check of the memory
+index when the store has one, and the key counts per namespace and memories
+per level of the manifest; a logical backup line by line (valid JSON, keys
+strictly increasing, the same counts). The verdict is recorded beside the
+archive (``<name>.verified``) for ``backup list`` and ``backup prune``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli.backup_archive import (
+    LimitedHashingReader,
+    Manifest,
+    decompress_chunks,
+    read_manifest,
+)
+from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows
+from triggerfish_cli.backup_dest import Destination
+from triggerfish_cli.errors import InvalidDataError, VerificationError
+from triggerfish_cli.serialization import now_iso
+
+
+@dataclass
+class Verified:
+    """The verdict on one archive: what was checked, and what failed."""
+
+    name: str
+    manifest: Manifest | None
+    failures: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    invalid: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "kind": self.manifest.kind if self.manifest else None,
+            "created": self.manifest.created if self.manifest else None,
+            "keys": self.manifest.keys if self.manifest else None,
+            "checks": self.checks,
+            "failures": self.failures,
+        }
+
+    def marker(self, size: int | None = None) -> dict[str, Any]:
+        return {
+            "at": now_iso(),
+            "size": size,
+            "ok": self.ok,
+            "sha256": self.manifest.payload_sha256 if self.manifest else None,
+            "failures": self.failures,
+        }
+
+
+def verify_file(
+    path: Path, name: str | None = None, *, snapshot: Path | None = None, durable: bool = False
+) -> Verified:
+    """Verify a local archive. ``snapshot``: where to decompress a physical one (kept);
+    ``durable``: fsync it (it is to become a store)."""
+    name = name or path.name
+    manifest = read_manifest(path)
+    result = Verified(name, manifest)
+    with path.open("rb") as handle:
+        reader = LimitedHashingReader(handle, manifest.payload_bytes)
+        chunks = decompress_chunks(reader, manifest.compression)
+        try:
+            if manifest.kind == "physical":
+                if snapshot is None:
+                    raise ValueError("a physical backup needs a scratch file to verify")
+                size = _write_snapshot(chunks, snapshot, durable)
+                counts = None
+            else:
+                size, counts = _read_lines(chunks)
+        except VerificationError as exc:
+            reader.drain()
+            if reader.sha.hexdigest() != manifest.payload_sha256:
+                result.failures.append(_checksum_failure(manifest, reader))
+            else:
+                result.failures.append(f"decompress: {exc.message}")
+            return result
+        reader.drain()
+    if reader.sha.hexdigest() != manifest.payload_sha256:
+        result.failures.append(_checksum_failure(manifest, reader))
+        return result
+    result.checks.append(f"sha256 {manifest.payload_sha256[:16]}... matches")
+    if size != manifest.content_bytes:
+        result.failures.append(
+            f"size: {size} bytes decompressed, the manifest says {manifest.content_bytes}"
+        )
+        return result
+    result.checks.append(f"{size} bytes decompressed")
+    if manifest.kind == "physical":
+        assert snapshot is not None
+        counts = _check_sqlite(snapshot, manifest, result)
+    if counts is not None:
+        _compare_counts(manifest, counts, result)
+    return result
+
+
+def _checksum_failure(manifest: Manifest, reader: LimitedHashingReader) -> str:
+    return (
+        f"checksum: payload sha256 is {reader.sha.hexdigest()[:16]}..., "
+        f"the manifest says {manifest.payload_sha256[:16]}... (the archive is damaged)"
+    )
+
+
+def _write_snapshot(chunks: Iterator[bytes], snapshot: Path, durable: bool) -> int:
+    import os
+
+    size = 0
+    fd = os.open(snapshot, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as out:
+        for chunk in chunks:
+            out.write(chunk)
+            size += len(chunk)
+        out.flush()
+        if durable:
+            os.fsync(out.fileno())
+    return size
+
+
+def _read_lines(chunks: Iterator[bytes]) -> tuple[int, Counts]:
+    counter = KeyCounter()
+    size = 0
+    previous: str | None = None
+    number = 0
+    for key, _value, number, size_so_far in iter_lines(chunks):
+        if previous is not None and key <= previous:
+            raise_line(number, f"key {key!r} out of order (after {previous!r})")
+        previous = key
+        counter.add(key)
+        size = size_so_far
+    return size, counter.counts()
+
+
+def raise_line(number: int, what: str) -> None:
+    raise VerificationError(f"line {number}: {what}")
+
+
+def iter_lines(chunks: Iterator[bytes]) -> Iterator[tuple[str, str, int, int]]:
+    """``(key, value, line number, bytes so far)`` of a logical payload."""
+    decode = json.JSONDecoder().decode
+    pending = b""
+    size = 0
+    number = 0
+    for chunk in chunks:
+        size += len(chunk)
+        pending += chunk
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        for raw in lines:
+            number += 1
+            try:
+                document = decode(raw.decode("utf-8"))
+            except ValueError as exc:
+                raise VerificationError(f"line {number}: not valid JSON ({exc})") from None
+            key = document.get("key") if isinstance(document, dict) else None
+            value = document.get("value") if isinstance(document, dict) else None
+            if not isinstance(key, str) or not isinstance(value, str):
+                raise VerificationError(f"line {number}: not a {{key, value}} pair of strings")
+            yield key, value, number, size
+    if pending:
+        raise VerificationError(f"line {number + 1}: incomplete (no newline at the end)")
+
+
+def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
+    """integrity_check in a thread (SQLite releases the GIL) beside the other checks."""
+    import threading
+
+    integrity: list[str] = []
+
+    def run_integrity() -> None:
+        try:
+            with contextlib.closing(_open_scratch(snapshot)) as conn:
+                integrity.extend(str(row[0]) for row in conn.execute("PRAGMA integrity_check(20)"))
+        except sqlite3.Error as exc:
+            integrity.append(f"sqlite: {exc}")
+
+    thread = threading.Thread(target=run_integrity, name="backup-integrity", daemon=True)
+    thread.start()
+    try:
+        counts = _check_rest(snapshot, manifest, result)
+    finally:
+        thread.join()
+    if integrity != ["ok"]:
+        result.failures.insert(0, "integrity_check: " + "; ".join(integrity[:5]))
+        return None
+    result.checks.insert(0, "PRAGMA integrity_check: ok")
+    return counts
+
+
+def _open_scratch(snapshot: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(snapshot, isolation_level=None)
+    conn.execute("PRAGMA mmap_size=2147418112")
+    return conn
+
+
+def _check_rest(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
+    try:
+        with contextlib.closing(_open_scratch(snapshot)) as conn:
+            pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+            if manifest.page_count is not None and pages != manifest.page_count:
+                result.failures.append(
+                    f"page count: {pages}, the manifest says {manifest.page_count}"
+                )
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            if "kv" not in tables:
+                result.failures.append("schema: no kv table: not a Triggerfish store")
+                return None
+            if "memory_fts" in tables:
+                try:
+                    conn.execute("INSERT INTO memory_fts(memory_fts) VALUES('integrity-check')")
+                    result.checks.append("memory_fts integrity-check: ok")
+                except sqlite3.Error as exc:
+                    result.failures.append(f"memory_fts integrity-check: {exc}")
+            return count_rows(conn)
+    except sqlite3.Error as exc:
+        result.failures.append(f"sqlite: {exc}")
+        return None
+
+
+def _compare_counts(manifest: Manifest, counts: Counts, result: Verified) -> None:
+    before = len(result.failures)
+    for label, expected, found in (
+        ("namespace", manifest.namespaces, counts.namespaces),
+        ("memories at", manifest.memories, counts.memories),
+    ):
+        for name in sorted(set(expected) | set(found)):
+            want, got = expected.get(name, 0), found.get(name, 0)
+            if want != got:
+                result.failures.append(
+                    f"{label} {name!r}: {got} in the backup, the manifest says {want}"
+                )
+    if counts.keys != manifest.keys:
+        result.failures.append(
+            f"keys: {counts.keys} in the backup, the manifest says {manifest.keys}"
+        )
+    if len(result.failures) == before:
+        result.checks.append(
+            f"{counts.keys} keys in {len(counts.namespaces)} namespace(s) match the manifest"
+        )
+
+
+def verify_in(dest: Destination, name: str, *, scratch: Path | None = None) -> Verified:
+    """Verify one archive of a destination and record the verdict beside it."""
+    from triggerfish_cli.backup_dest import temp_dir
+
+    with (
+        temp_dir(scratch or dest.scratch_dir(), "verify") as work,
+        dest.local_copy(name, work) as path,
+    ):
+        size = path.stat().st_size
+        try:
+            result = verify_file(path, name, snapshot=work / "snapshot.db")
+        except InvalidDataError as exc:
+            result = Verified(name, None, [exc.message], invalid=True)
+    if result.manifest is not None:
+        dest.write_marker(name, result.marker(size))
+    return result
+
+
+def check(results: list[Verified]) -> None:
+    """Raise for the first failed archive (exit 8 for a non-backup, else 5), naming what."""
+    failed = [result for result in results if not result.ok]
+    if not failed:
+        return
+    first = failed[0]
+    more = f" (and {len(failed) - 1} more backup(s))" if len(failed) > 1 else ""
+    message = f"{first.name}: verification failed: {'; '.join(first.failures)}{more}"
+    if all(result.invalid for result in failed):
+        raise InvalidDataError(message)
+    raise VerificationError(message)

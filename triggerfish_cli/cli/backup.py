@@ -1,0 +1,316 @@
+"""`triggerfish-admin backup`: create, list, verify, restore and prune backups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from triggerfish_cli.cli.backup_options import (
+    ArchiveArg,
+    Compression,
+    EndpointOpt,
+    FromOpt,
+    LatestOpt,
+    ScratchOpt,
+    destination,
+    pick,
+)
+from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
+from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value, sub_app
+from triggerfish_cli.errors import NotFoundError, UsageError
+
+if TYPE_CHECKING:
+    pass
+
+app = sub_app(
+    "backup",
+    "Back the store up; list, verify, restore and prune backups.\n\n"
+    "Each backup is one file, triggerfish-<UTC time>.db.zst (SQLite, physical) or "
+    ".jsonl.zst (logical: JSON Lines of every key, restorable into any backend), "
+    "with its manifest at its end. Default destination: <base>/backups/store/.",
+)
+
+
+@app.command("create")
+def create_cmd(
+    ctx: typer.Context,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="DIR|s3://BUCKET/PREFIX",
+            help="Destination directory (created 0700) or S3 prefix "
+            "(default: <base>/backups/store/).",
+            show_default=False,
+        ),
+    ] = None,
+    endpoint_url: EndpointOpt = None,
+    logical: Annotated[
+        bool,
+        typer.Option(
+            "--logical",
+            help="JSON Lines of every key and value, restorable into any backend "
+            "(always so for Postgres and S3 stores).",
+        ),
+    ] = False,
+    compression: Annotated[
+        Compression, typer.Option("--compression", "-c", help="Compression of the archive.")
+    ] = Compression.zstd,
+    level: Annotated[
+        int | None,
+        typer.Option(
+            "--level",
+            min=0,
+            max=19,
+            metavar="N",
+            help="Compression level (default: zstd 1, gzip 6).",
+            show_default=False,
+        ),
+    ] = None,
+    label: Annotated[
+        str | None,
+        typer.Option(
+            "--label", metavar="TEXT", help="A label kept in the manifest.", show_default=False
+        ),
+    ] = None,
+    verify: Annotated[
+        bool, typer.Option("--verify", help="Verify the new backup at once (as backup verify).")
+    ] = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Back the live store up: a consistent snapshot while the gateway writes.
+
+    SQLite: SQLite's online backup in one step (never a file copy); other
+    backends: a logical backup. Written under a temp name, fsynced, renamed
+    (mode 0600). --format json prints the manifest.
+    """
+    from triggerfish_cli.backup_create import create_backup
+    from triggerfish_cli.backup_verify import check, verify_in
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    dest = destination(to, endpoint_url, create=True)
+    provider = st.provider()
+    with out.progress("backing up") as bar:
+        created = create_backup(
+            provider,
+            dest,
+            logical=logical,
+            compression=compression.value,
+            level=level,
+            label=label,
+            on_progress=bar.advance,
+        )
+    document = created.as_dict()
+    if verify:
+        result = verify_in(dest, created.name)
+        document["verified"] = result.as_dict()
+        check([result])
+    if out.fmt != "table":
+        out.record(document)
+        return
+    if not out.quiet:
+        manifest = created.manifest
+        ratio = manifest.content_bytes / max(manifest.payload_bytes, 1)
+        out.line(
+            f"{dest.describe().rstrip('/')}/{created.name}: {manifest.kind}, {manifest.keys} keys, "
+            f"{manifest.payload_bytes} bytes ({ratio:.1f}x {manifest.compression}) "
+            f"in {created.seconds:.1f} s" + (", verified" if verify else "")
+        )
+
+
+@app.command("list")
+def list_cmd(
+    ctx: typer.Context,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """The backups in a destination, oldest first: time, size, kind, label, verified state."""
+    st = state(ctx)
+    dest = destination(source, endpoint_url)
+    entries = sorted(dest.entries(), key=lambda entry: (entry.created, entry.name))
+    show_entries(st.output(fmt_value(fmt)), entries, dest.describe())
+
+
+@app.command("verify")
+def verify_cmd(
+    ctx: typer.Context,
+    file: ArchiveArg = None,
+    latest: LatestOpt = False,
+    all_: Annotated[bool, typer.Option("--all", help="Every backup in --from.")] = False,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    scratch: ScratchOpt = None,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Checksum, decompress, integrity checks and counts against the manifest.
+
+    Exit 5 naming what failed; exit 8 for a file that is no backup (or a
+    broken manifest); exit 3 when it does not exist. The verdict shows in
+    backup list.
+    """
+    from triggerfish_cli.backup_verify import check, verify_in
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    if all_:
+        if file or latest:
+            raise UsageError("--all verifies every backup: no FILE or --latest with it")
+        dest = destination(source, endpoint_url)
+        names = [entry.name for entry in dest.entries()]
+        if not names:
+            raise NotFoundError(f"{dest.describe()}: no backups")
+    else:
+        dest, name = pick(file, latest, source, endpoint_url)
+        names = [name]
+    results = []
+    with out.progress("verifying", total=len(names)) as bar:
+        for name in names:
+            results.append(verify_in(dest, name, scratch=scratch))
+            bar.advance()
+    show_verified(out, results)
+    check(results)
+
+
+def _sqlite_target(st: AppState, to: Path | None) -> Path | None:
+    """The SQLite file a restore replaces (symlinks resolved), None when the store is not SQLite."""
+    import os
+
+    if to is None:
+        config = st.storage_config()
+        if config.backend != "sqlite" or config.path is None:
+            return None
+        to = config.path
+    return Path(os.path.realpath(to.expanduser()))
+
+
+@app.command("restore")
+def restore_cmd(
+    ctx: typer.Context,
+    file: ArchiveArg = None,
+    latest: LatestOpt = False,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    to: Annotated[
+        Path | None,
+        typer.Option(
+            "--to",
+            metavar="PATH",
+            help="The SQLite file to restore into (default: the store of --db/--config).",
+            show_default=False,
+        ),
+    ] = None,
+    undo: Annotated[
+        bool,
+        typer.Option("--undo", help="Put back the store the newest restore replaced."),
+    ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Logical restore into a non-empty store: it becomes exactly the backup.",
+        ),
+    ] = False,
+    merge: Annotated[
+        bool,
+        typer.Option("--merge", help="Logical restore into a non-empty store: backup values win."),
+    ] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Restore even while another process has the store open."),
+    ] = False,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Verify a backup, restore it into a scratch file, check it, swap it in atomically.
+
+    The replaced store is kept as <db>.pre-restore-<time>; --undo puts it
+    back. Refused (exit 6) while another process has the store open, unless
+    --force. A logical backup (or a non-SQLite store) loads key by key:
+    into an empty store, or with --replace (all or nothing) or --merge.
+    A failed restore leaves the store as it was.
+    """
+    from triggerfish_cli.cli.backup_restore import run_restore, run_undo
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    if undo:
+        if file or latest or replace or merge:
+            raise UsageError("--undo takes no FILE, --latest, --replace or --merge")
+        target = _sqlite_target(st, to)
+        if target is None:
+            raise UsageError("--undo applies to a SQLite store (give --db or --to)")
+        run_undo(out, target, force=force, yes=yes, dry_run=dry_run)
+        return
+    dest, name = pick(file, latest, source, endpoint_url)
+    run_restore(
+        st,
+        out,
+        dest,
+        name,
+        _sqlite_target(st, to),
+        options={"replace": replace, "merge": merge, "force": force, "yes": yes},
+        dry_run=dry_run,
+    )
+
+
+@app.command("prune")
+def prune_cmd(
+    ctx: typer.Context,
+    keep_last: Annotated[
+        int, typer.Option("--keep-last", min=0, metavar="N", help="Keep the N newest backups.")
+    ] = 0,
+    keep_daily: Annotated[
+        int,
+        typer.Option("--keep-daily", min=0, metavar="D", help="Keep the newest of each of D days."),
+    ] = 0,
+    keep_weekly: Annotated[
+        int,
+        typer.Option(
+            "--keep-weekly", min=0, metavar="W", help="Keep the newest of each of W ISO weeks."
+        ),
+    ] = 0,
+    keep_monthly: Annotated[
+        int,
+        typer.Option(
+            "--keep-monthly", min=0, metavar="M", help="Keep the newest of each of M months."
+        ),
+    ] = 0,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Delete the backups no keep rule keeps (restic's rules, UTC); show why each stays.
+
+    An empty policy is refused (exit 2). The newest verified backup and
+    unreadable files are never deleted.
+    """
+    from triggerfish_cli.backup_prune import KeepPolicy, plan_prune
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    policy = KeepPolicy(keep_last, keep_daily, keep_weekly, keep_monthly)
+    policy.check()
+    dest = destination(source, endpoint_url)
+    plan = plan_prune(dest.entries(), policy)
+    deletes = plan.deletes
+    if dry_run or not deletes:
+        show_plan(out, plan, dry_run=dry_run)
+        return
+    out.confirm(
+        f"Delete {len(deletes)} backup(s) from {dest.describe()}?", yes=yes, what="the prune"
+    )
+    for decision in deletes:
+        dest.delete(decision.entry.name)
+    show_plan(out, plan, dry_run=False)

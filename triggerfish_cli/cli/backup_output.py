@@ -1,0 +1,90 @@
+"""How the backup commands show their results (tables and documents)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from triggerfish_cli.cli.output import Column, Output, human_bytes
+
+if TYPE_CHECKING:
+    from triggerfish_cli.backup_dest import Entry
+    from triggerfish_cli.backup_prune import PrunePlan
+    from triggerfish_cli.backup_verify import Verified
+
+
+def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
+    out.rows(
+        (entry.as_dict() for entry in entries),
+        [
+            Column("created", "created"),
+            Column("name", "name"),
+            Column("kind", "kind"),
+            Column("size", "size", "right", render=human_bytes),
+            Column("keys", "keys", "right"),
+            Column("label", "label"),
+            Column("verified", "verified"),
+            Column("error", "error"),
+        ],
+        empty=f"no backups in {where}",
+    )
+
+
+def show_verified(out: Output, results: Sequence[Verified]) -> None:
+    if out.fmt != "table":
+        out.rows((result.as_dict() for result in results), [])
+        return
+    if out.quiet:
+        return
+    for result in results:
+        verdict = "ok" if result.ok else "FAILED"
+        out.line(f"{result.name}: {verdict}")
+        for line in result.checks:
+            out.line(f"  ok: {line}")
+        for line in result.failures:
+            out.line(f"  FAILED: {line}")
+
+
+def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
+    document = plan.as_dict()
+    document["dry_run"] = dry_run
+    if out.fmt != "table":
+        out.record(document)
+        return
+    out.rows(
+        document["backups"],
+        [
+            Column("created", "created"),
+            Column("name", "name"),
+            Column("verified", "verified"),
+            Column("action", "action"),
+            Column("reasons", "kept by"),
+        ],
+        empty="no backups",
+    )
+    if not out.quiet:
+        verb = "would delete" if dry_run else "deleted"
+        out.line(f"{verb} {document['delete']} backup(s), kept {document['keep']}")
+
+
+def show_restore(out: Output, document: dict[str, Any]) -> None:
+    if out.fmt != "table":
+        out.record(document)
+        return
+    if out.quiet:
+        return
+    for line in document.get("checks", []):
+        out.info(f"ok: {line}")
+    prefix = "would restore" if document.get("dry_run") else "restored"
+    if document.get("mode"):
+        out.line(
+            f"{prefix} {document.get('keys')} key(s) of the backup of {document.get('created')} "
+            f"into {document['target']} ({document['mode']}): {document.get('written', 0)} "
+            f"written, {document.get('deleted', 0)} deleted"
+        )
+    else:
+        out.line(f"{prefix} {document['target']}")
+    if document.get("kept"):
+        out.line(f"the replaced store is kept as {document['kept']}")
+    for note in document.get("notes", []):
+        out.info(f"note: {note}")
