@@ -109,14 +109,14 @@ def test_man_page_examples_are_real_commands() -> None:
     nodes = {node["path"]: node for node in walk(command_tree())}
     root_opts = {opt for param in nodes["triggerfish-admin"]["params"] for opt in param["opts"]}
     captions = " ".join(caption for caption, _ in EXAMPLES)
-    for needed in ("cron", "memory", "INTERNAL", "Roll"):
+    for needed in ("cron", "backup", "memory", "INTERNAL", "Roll"):
         assert needed in captions, needed
     commands = set()
     for _, text in EXAMPLES:
         for line in text.splitlines():
-            words = shlex.split(line.split(">")[0])
-            words = words[words.index("triggerfish-admin") :]
-            path = " ".join(w for w in words[:3] if not w.startswith("-"))
+            line = line[line.index("triggerfish-admin") :]
+            words = shlex.split(line.split(">")[0].split(")")[0])
+            path = " ".join([w for w in words if not w.startswith("-")][:3])
             while path not in nodes:
                 path = path.rsplit(" ", 1)[0]
             assert path.count(" ") == 2, line  # a group and its command

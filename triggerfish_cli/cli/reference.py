@@ -67,6 +67,15 @@ EXAMPLES: tuple[tuple[str, str], ...] = (
         "triggerfish-admin retention plan --list",
     ),
     (
+        "A scripted backup: create and verify one archive, keep 7 dailies and 6 monthlies, "
+        "and read the manifest (key counts, sha256) from the JSON it prints; the exit code "
+        "says whether it worked:",
+        "manifest=$(triggerfish-admin backup create --verify --label nightly --format json) "
+        "|| exit $?\n"
+        "triggerfish-admin -q backup prune --keep-daily 7 --keep-monthly 6 --yes\n"
+        "triggerfish-admin backup restore --undo --dry-run",
+    ),
+    (
         "Search the agent's memory as a session at INTERNAL would (nothing above INTERNAL "
         "is returned or counted):",
         "triggerfish-admin memory search acme stack --taint INTERNAL --limit 5",
