@@ -63,7 +63,7 @@ class Pacing:
     """How hard a sweep may press on the store."""
 
     #: Most records per write transaction.
-    batch_size: int = 2000
+    batch_size: int = 5000
     #: Aim: hold the write lock at most this long per transaction (seconds).
     max_lock: float = 0.06
     #: Fixed rest after each transaction; None: long enough for a writer that
@@ -76,7 +76,7 @@ class Pacing:
     #: Keep each batch's WAL frames under this (SQLite). The gateway runs a
     #: checkpoint inside its own commit once the WAL passes 1000 pages (the
     #: default); staying below means it never pays for our pages.
-    wal_frames: int = 4000
+    wal_frames: int = 8000
 
 
 #: SQLite's default busy handler (what a writer with a busy timeout runs)

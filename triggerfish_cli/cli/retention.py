@@ -179,9 +179,9 @@ def sweep_cmd(
             min=1,
             metavar="N",
             help="Most records per write transaction (fewer when each would hold the "
-            "write lock over 40 ms).",
+            "write lock over 60 ms).",
         ),
-    ] = 2000,
+    ] = 5000,
     pause: Annotated[
         float | None,
         typer.Option(
