@@ -36,7 +36,7 @@ from triggerfish_cli.backup_archive import (
     trailer_bytes,
 )
 from triggerfish_cli.backup_dest import Destination, temp_dir
-from triggerfish_cli.errors import UsageError
+from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
 from triggerfish_cli.storage.sqlite import SqliteStorage, _range_clause, translate_error
@@ -181,7 +181,11 @@ def create_backup(
         with dest.staging(name) as staged:
             if compression == "none":  # the snapshot is the payload: no second copy
                 _snapshot(provider, staged, manifest)
-                with _counting(staged, manifest), staged.open("rb") as source:
+                with (
+                    _syncing(staged),
+                    _counting(staged, manifest),
+                    staged.open("rb") as source,
+                ):
                     sink = HashingWriter(_NullSink())
                     compress_stream(source, sink, "none")
                 manifest.content_bytes = sink.count
@@ -193,6 +197,7 @@ def create_backup(
                     snapshot = scratch / "snapshot.db"
                     _snapshot(provider, snapshot, manifest)
                     with (
+                        _syncing(staged),
                         _counting(snapshot, manifest),
                         snapshot.open("rb") as source,
                         staged.open("wb") as handle,
@@ -272,6 +277,41 @@ def _counting(snapshot: Path, manifest: Manifest) -> Iterator[None]:
     if isinstance(result, BaseException):
         raise result
     _set_counts(manifest, result)
+
+
+@contextlib.contextmanager
+def _syncing(path: Path) -> Iterator[None]:
+    """fsync ``path`` over and over in a thread during the block.
+
+    The kernel writes the archive out while we hash or compress it, so the
+    final fsync before the rename has almost nothing left to do. A failure
+    is not hidden: it is raised after the block (and the final fsync would
+    meet it again anyway).
+    """
+    import threading
+
+    failed: list[OSError] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            with path.open("rb") as handle:
+                while True:
+                    os.fsync(handle.fileno())
+                    if done.wait(0.05):
+                        return
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = threading.Thread(target=work, name="backup-fsync", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    if failed:
+        raise TriggerfishError(f"{path}: cannot write: {failed[0].strerror}")
 
 
 def _snapshot(provider: SqliteStorage, target: Path, manifest: Manifest) -> None:
