@@ -197,10 +197,10 @@ def create_backup(
                     snapshot = scratch / "snapshot.db"
                     _snapshot(provider, snapshot, manifest)
                     with (
-                        _syncing(staged),
                         _counting(snapshot, manifest),
                         snapshot.open("rb") as source,
                         staged.open("wb") as handle,
+                        _syncing(staged),  # after the open: the file exists now
                     ):
                         sink = HashingWriter(handle)
                         manifest.content_bytes = compress_stream(
