@@ -39,14 +39,14 @@ from triggerfish_cli.memory_index import (
     HIGHLIGHT_START,
     BatchCallback,
     Drift,
-    Hit,
+    IndexRow,
     ScanIndex,
     SearchRequest,
     SearchResult,
+    accept_rows,
     fts_query,
     fts_string,
     has_tokens,
-    split_snippet,
 )
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.sqlite import KV_SCHEMA, SqliteStorage, translate_error
@@ -180,7 +180,7 @@ class Fts5Index:
             f"FROM memory_fts WHERE memory_fts MATCH ? AND {' AND '.join(where)} ORDER BY rank"
         )
         result = SearchResult(self.kind)
-        seen: set[tuple[str, str, str]] = set()
+        seen: set[str] = set()
         with self._errors("search", request.text):
             cursor = self.conn.execute(sql, params)
             try:
@@ -201,56 +201,14 @@ class Fts5Index:
         request: SearchRequest,
         levels: tuple[Level, ...],
         result: SearchResult,
-        seen: set[tuple[str, str, str]],
+        seen: set[str],
     ) -> None:
         """Keep the rows whose kv record is the live, visible top version."""
-        wanted: list[str] = []
-        for _rowid, agent, level_name, key, *_rest in rows:
-            level = Level[level_name]
-            wanted += [storage_key(agent, above, key) for above in levels if above >= level]
-        values = self._kv(wanted)
-        loads = fast_loads()
-        for _rowid, agent, level_name, key, rank, marked, meta_json in rows:
-            if len(result.hits) >= request.limit:
-                return
-            level = Level[level_name]
-            skey = storage_key(agent, level, key)
-            value = values.get(skey)
-            record = None if value is None else parse_record(skey, value, loads)
-            if record is None:
-                result.stale += 1  # kv row gone: an orphaned index row
-                continue
-            if not isinstance(record, MemoryRecord):
-                if skey not in result.malformed:
-                    result.malformed.append(skey)
-                continue
-            if record.expired or meta_json != value or (record.agent, record.key) != (agent, key):
-                # kv changed since it was indexed (or the row is no record's: a ':' in its
-                # agent_id makes its storage key name another record)
-                result.stale += 1
-                continue
-            if any(
-                self._live(values, agent, above, key, loads) for above in levels if above > level
-            ):
-                continue  # shadowed: get returns a higher version
-            if request.tag is not None and request.tag not in record.tags:
-                continue
-            if (agent, level_name, key) in seen:
-                continue  # a duplicate index row
-            seen.add((agent, level_name, key))
-            snippet, spans = split_snippet(marked or "")
-            result.hits.append(Hit(record, -float(rank), snippet, spans))
-
-    @staticmethod
-    def _live(
-        values: dict[str, str], agent: str, level: Level, key: str, loads: Callable[[str], Any]
-    ) -> bool:
-        skey = storage_key(agent, level, key)
-        value = values.get(skey)
-        if value is None:
-            return False
-        record = parse_record(skey, value, loads)
-        return isinstance(record, MemoryRecord) and record.live
+        checked: list[IndexRow] = [
+            (storage_key(agent, Level[level], key), agent, level, key, meta, -float(rank), marked)
+            for _rowid, agent, level, key, rank, marked, meta in rows
+        ]
+        accept_rows(checked, self._kv, request, levels, result, seen)
 
     # -- writes ---------------------------------------------------------------------
 

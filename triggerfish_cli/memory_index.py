@@ -51,7 +51,8 @@ from typing import Any, Protocol
 
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.memory import PREFIX, MemoryRecord, parse_record
+from triggerfish_cli.memory import PREFIX, MemoryRecord, parse_record, storage_key
+from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: The columns plain-word queries search: never agent_id or classification,
@@ -259,6 +260,72 @@ def split_snippet(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
 
 
 # -- the scan index: for backends without one ----------------------------------------
+
+
+#: An index hit before it is checked: storage key, agent, level name, key, the
+#: kv value it was indexed from, score (higher is better), marked snippet.
+IndexRow = tuple[str, str, str, str, "str | None", float, "str | None"]
+
+
+def accept_rows(
+    rows: Sequence[IndexRow],
+    fetch: Callable[[list[str]], dict[str, str]],
+    request: SearchRequest,
+    levels: Sequence[Level],
+    result: SearchResult,
+    seen: set[str],
+) -> None:
+    """Add to ``result`` the rows whose kv record is the live, visible top version.
+
+    The rules every index applies after its own match (the same as ``get``):
+    the kv value must still be the one indexed and live; a live version at a
+    higher visible level shadows it; the tag must be the record's own; each
+    record once. ``fetch`` reads kv values in one go (``get_many``).
+    """
+    wanted: list[str] = []
+    for _skey, agent, level_name, key, *_rest in rows:
+        level = Level[level_name]
+        wanted += [storage_key(agent, above, key) for above in levels if above >= level]
+    values = fetch(wanted)
+    loads = fast_loads()
+    for skey, agent, level_name, key, indexed, score, marked in rows:
+        if len(result.hits) >= request.limit:
+            return
+        value = values.get(skey)
+        record = None if value is None else parse_record(skey, value, loads)
+        if record is None:
+            result.stale += 1  # kv row gone: an orphaned index row
+            continue
+        if not isinstance(record, MemoryRecord):
+            if skey not in result.malformed:
+                result.malformed.append(skey)
+            continue
+        if record.expired or indexed != value or (record.agent, record.key) != (agent, key):
+            # kv changed since it was indexed (or the row is no record's: a ':' in its
+            # agent_id makes its storage key name another record)
+            result.stale += 1
+            continue
+        level = Level[level_name]
+        if any(_live(values, agent, above, key, loads) for above in levels if above > level):
+            continue  # shadowed: get returns a higher version
+        if request.tag is not None and request.tag not in record.tags:
+            continue
+        if skey in seen:
+            continue  # a duplicate index row
+        seen.add(skey)
+        snippet, spans = split_snippet(marked or "")
+        result.hits.append(Hit(record, score, snippet, spans))
+
+
+def _live(
+    values: dict[str, str], agent: str, level: Level, key: str, loads: Callable[[str], Any]
+) -> bool:
+    skey = storage_key(agent, level, key)
+    value = values.get(skey)
+    if value is None:
+        return False
+    record = parse_record(skey, value, loads)
+    return isinstance(record, MemoryRecord) and record.live
 
 
 class ScanIndex:

@@ -47,7 +47,6 @@ from triggerfish_cli.memory import (
     agent_prefix,
     parse_record,
     split_key,
-    storage_key,
     visible_levels,
 )
 from triggerfish_cli.memory_index import (
@@ -55,11 +54,11 @@ from triggerfish_cli.memory_index import (
     HIGHLIGHT_START,
     BatchCallback,
     Drift,
-    Hit,
+    IndexRow,
     ScanIndex,
     SearchRequest,
     SearchResult,
-    split_snippet,
+    accept_rows,
 )
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.postgres import PostgresStorage
@@ -207,37 +206,11 @@ class PgFtsIndex:
         seen: set[str],
     ) -> None:
         """Keep the rows whose kv record is the live, visible top version."""
-        wanted: list[str] = []
-        for _skey, agent, level_name, key, *_rest in rows:
-            level = Level[level_name]
-            wanted += [storage_key(agent, above, key) for above in levels if above >= level]
-        values = self.storage.get_many(wanted)
-        loads = fast_loads()
-        for skey, agent, level_name, key, indexed, score, marked in rows:
-            if len(result.hits) >= request.limit:
-                return
-            value = values.get(skey)
-            record = None if value is None else parse_record(skey, value, loads)
-            if record is None:
-                result.stale += 1  # kv row gone: an orphaned index row
-                continue
-            if not isinstance(record, MemoryRecord):
-                if skey not in result.malformed:
-                    result.malformed.append(skey)
-                continue
-            if record.expired or indexed != value or (record.agent, record.key) != (agent, key):
-                result.stale += 1  # kv changed since it was indexed
-                continue
-            level = Level[level_name]
-            if any(_live(values, agent, above, key, loads) for above in levels if above > level):
-                continue  # shadowed: get returns a higher version
-            if request.tag is not None and request.tag not in record.tags:
-                continue
-            if skey in seen:
-                continue
-            seen.add(skey)
-            snippet, spans = split_snippet(marked or "")
-            result.hits.append(Hit(record, float(score), snippet, spans))
+        checked: list[IndexRow] = [
+            (skey, agent, level, key, indexed, float(score), marked)
+            for skey, agent, level, key, indexed, score, marked in rows
+        ]
+        accept_rows(checked, self.storage.get_many, request, levels, result, seen)
 
     def catch_up(self) -> int:
         """Index what was written to kv behind our back (by the gateway); the count fixed.
@@ -417,15 +390,6 @@ class PgFtsIndex:
             with self.storage._errors("memory reindex"):
                 self.storage.connection.execute(f"ANALYZE {self.name}")
         return drift
-
-
-def _live(values: dict[str, str], agent: str, level: Level, key: str, loads: Any) -> bool:
-    skey = storage_key(agent, level, key)
-    value = values.get(skey)
-    if value is None:
-        return False
-    record = parse_record(skey, value, loads)
-    return isinstance(record, MemoryRecord) and record.live
 
 
 __all__ = ["PREFIX", "TABLE", "PgFtsIndex", "for_postgres"]
