@@ -272,3 +272,34 @@ def test_an_upload_s3_stored_differently_is_deleted_and_fails(
     assert "does not match" in run.stderr
     client: Any = s3.client()
     assert client.list_objects_v2(Bucket=bucket).get("KeyCount") == 0
+
+
+def test_a_logical_restore_brings_the_memory_search_index_in_line(
+    cli: CliFn, store: StoreHandle, tmp_path: Path
+) -> None:
+    """Rows loaded behind the gateway's back are in its own search index afterwards."""
+    import sqlite3
+
+    from tests.helpers.gateway import write_gateway_store
+
+    saved = cli(*store.args, "memory", "save", "deploy-notes", "zebra crossing at dawn",
+                "--taint", "INTERNAL")  # fmt: skip
+    assert saved.exit_code == 0, saved.stderr
+    archive, _ = create(cli, store, "--logical", "--to", str(tmp_path / "b"))
+
+    # a gateway store that already has its memory_fts tables, and other rows
+    target = write_gateway_store(tmp_path / "gateway.db")
+    run = cli("backup", "restore", str(archive), "--to", str(target), "--merge", "--yes")
+    assert run.exit_code == 0, run.stderr
+    assert "memory search index" in run.stderr + run.stdout
+    with sqlite3.connect(target) as conn:  # what the gateway's own search reads
+        hits = conn.execute(
+            "SELECT key, classification FROM memory_fts WHERE memory_fts MATCH 'zebra'"
+        ).fetchall()
+    assert hits == [("deploy-notes", "INTERNAL")]
+    found = cli("--db", str(target), "memory", "search", "zebra", "--taint", "INTERNAL",
+                "-f", "json")  # fmt: skip
+    assert found.exit_code == 0, found.stderr
+    assert [hit["key"] for hit in found.json()] == ["deploy-notes"]  # type: ignore[union-attr]
+    hidden = cli("--db", str(target), "memory", "search", "zebra", "-f", "json")  # PUBLIC
+    assert hidden.exit_code == 0 and hidden.json() == []
