@@ -118,13 +118,16 @@ def check_json(value: str, origin: str) -> None:
         ) from None
 
 
+MEMORY_PREFIX = "memory:"
+
+
 def refuse_memory_key(key: str, where: str = "") -> None:
     """No write-down through the raw view: ``memory:`` records are written by ``memory save``.
 
     A raw write could store a copy of a RESTRICTED memory under a PUBLIC key;
     ``memory save`` always writes at the taint.
     """
-    if key.startswith("memory:"):
+    if key.startswith(MEMORY_PREFIX):
         raise RefusedError(
             f"{where}{key}: memory records are not written through kv (it could copy a "
             "memory to a lower level)",
@@ -161,7 +164,10 @@ def delete_key(provider: StorageProvider, key: str, *, dry_run: bool) -> dict[st
         "dry_run": dry_run,
     }
     if not dry_run:
-        deleted = provider.delete_if_unchanged([(key, value)])
+        if key.startswith(MEMORY_PREFIX):  # with its search index rows, in one transaction
+            deleted = _memory_index(provider).hard_delete([(key, value)])
+        else:
+            deleted = provider.delete_if_unchanged([(key, value)])
         if deleted == 0:
             # Rewritten between our read and the delete: whoever wrote it wins.
             raise RefusedError(f"{key} changed while deleting it; nothing deleted", hint="retry")
@@ -201,6 +207,12 @@ def plan_prefix_delete(provider: StorageProvider, prefix: str) -> PrefixPlan:
 LIVE_PAUSE = 0.03
 
 
+def _memory_index(provider: StorageProvider) -> Any:
+    from triggerfish_cli.memory_index import index_for
+
+    return index_for(provider)
+
+
 def delete_prefix(
     provider: StorageProvider,
     plan: PrefixPlan,
@@ -210,8 +222,17 @@ def delete_prefix(
 ) -> int:
     """Delete the keys of ``plan`` in short transactions, resting ``pause`` between them."""
     deleted = 0
+    memories = [key for key in plan.keys if key.startswith(MEMORY_PREFIX)]
+    others = [key for key in plan.keys if not key.startswith(MEMORY_PREFIX)] if memories else None
     try:
-        deleted = provider.delete_many(plan.keys, pause=pause, on_batch=on_batch)
+        deleted = provider.delete_many(
+            plan.keys if others is None else others, pause=pause, on_batch=on_batch
+        )
+        if memories:  # memory records go with their search index rows (the gateway's too)
+            values = provider.get_many(memories)
+            deleted += _memory_index(provider).hard_delete(
+                [(key, values[key]) for key in memories if key in values], on_batch=on_batch
+            )
     finally:
         if deleted:
             audit.record(

@@ -391,3 +391,40 @@ def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Pat
     assert without_audit(contents(store)) == {"same": "1", "changed": "2", "new": "3"}
     missing = cli(*store.args, "kv", "import", str(tmp_path / "nope.jsonl"))
     assert missing.exit_code == 3
+
+
+def test_deleting_memory_records_takes_their_search_index_rows(
+    cli: CliFn, gateway_db: Path
+) -> None:
+    """The gateway searches memory_fts/memory_meta: a raw delete must not leave them behind."""
+    import sqlite3
+
+    key = "memory:main-session:CONFIDENTIAL:user-name"
+    before = dump_tables(gateway_db)
+    assert cli("kv", "delete", key, "--yes").exit_code == 0
+    after = dump_tables(gateway_db)
+    gone = ("main-session", "CONFIDENTIAL", "user-name")
+
+    assert [row for row in after["memory_meta"] if tuple(row[:3]) == gone] == []
+    assert len(after["memory_meta"]) == len(before["memory_meta"]) - 1
+    with sqlite3.connect(gateway_db) as conn:
+        assert conn.execute(
+            "SELECT count(*) FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?",
+            gone,
+        ).fetchone() == (0,)
+        left_fts = conn.execute("SELECT count(*) FROM memory_fts").fetchone()[0]
+    assert without_audit(dict(after["kv"])) == {  # type: ignore[arg-type]
+        k: v for k, v in GATEWAY_ROWS.items() if k != key
+    }
+
+    # a prefix delete of every memory: kv, memory_meta and memory_fts emptied of them, only them
+    result = cli("kv", "delete", "--prefix", "memory:", "--yes", "-f", "json")
+    assert result.exit_code == 0 and result.json()["deleted"] == result.json()["matched"]
+    final = dump_tables(gateway_db)
+    assert final["memory_meta"] == []
+    with sqlite3.connect(gateway_db) as conn:
+        assert conn.execute("SELECT count(*) FROM memory_fts").fetchone() == (0,)
+    assert left_fts > 0
+    assert without_audit(dict(final["kv"])) == {  # type: ignore[arg-type]
+        k: v for k, v in GATEWAY_ROWS.items() if not k.startswith("memory:")
+    }
