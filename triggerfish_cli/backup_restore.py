@@ -367,27 +367,10 @@ def load_logical(
         counts={"written": written, "deleted": deleted},
         details={"kind": manifest.kind, "mode": mode, "created": manifest.created},
     )
-    notes = [_reindex(provider)] if written or deleted else []
+    from triggerfish_cli.memory_index import bring_in_line
+
+    notes = [bring_in_line(provider)] if written or deleted else []
     return Loaded(provider.describe(), mode, written, deleted, manifest, result.checks, notes=notes)
-
-
-def _reindex(provider: StorageProvider) -> str:
-    """Bring the memory search index in line with the rows just loaded (every level).
-
-    The gateway searches its own index (SQLite ``memory_fts``): rows loaded
-    behind its back would be missing from its results until rebuilt. The data
-    is in place either way, so a failure here is a note, not an error.
-    """
-    from triggerfish_cli.classification import Level
-    from triggerfish_cli.memory import visible_levels
-    from triggerfish_cli.memory_index import index_for
-
-    try:
-        index = index_for(provider)
-        drift = index.repair(visible_levels(Level.RESTRICTED))
-    except TriggerfishError as exc:
-        return f"the memory search index was not rebuilt ({exc.message}): run `memory reindex`"
-    return f"memory search index ({index.kind}): {drift.fixed} row(s) brought in line"
 
 
 def _archive_rows(archive: Path, manifest: Manifest, snapshot: Path) -> Iterator[tuple[str, str]]:

@@ -198,6 +198,24 @@ def index_for(provider: StorageProvider) -> MemoryIndex:
 # -- FTS5 queries (shared by the SQLite index and the scan index) -----------------
 
 
+def bring_in_line(provider: StorageProvider) -> str:
+    """After a bulk load into ``provider``: its memory search index, every level, matches kv.
+
+    The gateway searches its own SQLite index (``memory_fts``, ``memory_meta``):
+    rows loaded behind its back would be missing from its results. The data is
+    in place either way, so the outcome is a note for the operator, not an error.
+    """
+    from triggerfish_cli.errors import TriggerfishError
+    from triggerfish_cli.memory import visible_levels
+
+    try:
+        index = index_for(provider)
+        drift = index.repair(visible_levels(Level.RESTRICTED))
+    except TriggerfishError as exc:
+        return f"the memory search index was not rebuilt ({exc.message}): run `memory reindex`"
+    return f"memory search index ({index.kind}): {drift.fixed} row(s) brought in line"
+
+
 def fts_string(text: str) -> str:
     """``text`` as an FTS5 string: one phrase of its tokens, whatever it holds."""
     return '"' + text.replace('"', '""') + '"'

@@ -35,8 +35,9 @@ Safety
 
 Beyond kv
     Only ``kv`` is copied. SQLite's memory search tables (``memory_fts``,
-    ``memory_meta``) are an index derived from the ``memory:`` keys: rebuild
-    it on the target with ``triggerfish-admin memory reindex``. Tables of
+    ``memory_meta``) are an index derived from the ``memory:`` keys: into a
+    SQLite target it is rebuilt from them after a verified copy (the gateway
+    searches it); Postgres and S3 targets index or scan by themselves. Tables of
     our own (``tfadmin_*``) hold local state (locks, catalogs) and stay.
 """
 
@@ -206,6 +207,7 @@ class Result:
     checks: dict[str, NamespaceCheck] = field(default_factory=dict)
     audit_key: str | None = None
     memory_keys: bool = False
+    index_note: str | None = None
 
     @property
     def verified(self) -> bool:
@@ -226,7 +228,9 @@ class Result:
 
     def notes(self) -> list[str]:
         notes = []
-        if self.memory_keys:
+        if self.index_note is not None:
+            notes.append(self.index_note)
+        elif self.memory_keys:
             notes.append(
                 "the memory search index is not copied (it is derived from the memory: keys): "
                 "rebuild it on the target with `triggerfish-admin memory reindex`"
@@ -342,8 +346,17 @@ def verify(
 
 
 def finish(source: StorageProvider, target: StorageProvider, result: Result) -> None:
-    """After a verified copy: drop the progress record, write the audit record."""
+    """After a verified copy: drop the progress record, write the audit record.
+
+    Into SQLite, the gateway's own memory search index is then rebuilt from
+    the copied ``memory:`` keys (the gateway searches it; elsewhere our
+    search indexes or scans by itself).
+    """
     target.delete(PROGRESS_KEY)
+    if result.memory_keys and target.backend == "sqlite":
+        from triggerfish_cli.memory_index import bring_in_line
+
+        result.index_note = bring_in_line(target)
     counts = {
         "copied": result.copied,
         "source_keys": result.plan.source_keys,

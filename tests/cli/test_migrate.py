@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -130,7 +131,10 @@ def test_a_store_travels_sqlite_postgres_s3_and_back(
         report = result.json()
         assert report["verified"] is True and report["copied"] == report["source_keys"]
         assert all(row["ok"] for row in report["namespaces"])
-        assert "memory reindex" in result.stderr
+        if destination.kind == "sqlite":  # the gateway's own index, rebuilt from the copy
+            assert "memory search index (sqlite-fts5)" in result.stderr
+        else:
+            assert "memory reindex" in result.stderr
         rows = destination.contents()
         assert PROGRESS_KEY not in rows
         [record] = [a for a in audits(rows) if a["action"] == "migrate"][-1:]
@@ -138,6 +142,17 @@ def test_a_store_travels_sqlite_postgres_s3_and_back(
         assert record["counts"]["copied"] == report["copied"]
     final = hops[-1].contents()
     assert without_audit(final) == ROWS
+    indexed = {
+        f"memory:{agent}:{level}:{key}"
+        for agent, level, key in sqlite3.connect(hops[-1].spec).execute(
+            "SELECT agent_id, classification, key FROM memory_fts"
+        )
+    }
+    from triggerfish_cli.memory import MemoryRecord, parse_record
+
+    records = {k: parse_record(k, v) for k, v in ROWS.items() if k.startswith("memory:")}
+    live = {k for k, r in records.items() if isinstance(r, MemoryRecord) and r.live}
+    assert indexed == live and live
     assert len(audits(final)) == 3  # one per hop: each copy carries the earlier records
     assert file_state(tmp_path / "gw.db") == before  # the source file is byte-identical
 

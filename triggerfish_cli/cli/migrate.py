@@ -21,7 +21,8 @@ HELP = (
     "an interruption the same command continues where it stopped. Afterwards both "
     "stores are compared per namespace (counts, checksums, values). The source is "
     "opened read-only. A non-empty target is refused unless --merge. "
-    "The memory search index is not copied: run `memory reindex` on the target."
+    "The memory search index is not copied: a SQLite target's (the gateway's own) is rebuilt "
+    "from the copied memory: keys once the copy verified."
 )
 
 app = typer.Typer(
