@@ -39,7 +39,12 @@ from triggerfish_cli.backup_dest import Destination, temp_dir
 from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
-from triggerfish_cli.storage.sqlite import SqliteStorage, _range_clause, translate_error
+from triggerfish_cli.storage.sqlite import (
+    SqliteStorage,
+    _range_clause,
+    gap_clause,
+    translate_error,
+)
 
 MEMORY_PREFIX = "memory:"
 #: A test hook: seconds to sleep with the archive half written (kill -9 tests).
@@ -66,14 +71,7 @@ def count_rows(conn: sqlite3.Connection) -> Counts:
         if count:
             found[prefix] = count
     for low, high in uncovered_ranges(namespaces.PREFIXES):
-        conditions, params = [], []
-        if low is not None:
-            conditions.append("key >= ?")
-            params.append(low)
-        if high is not None:
-            conditions.append("key < ?")
-            params.append(high)
-        where = " AND ".join(conditions) or "1"
+        where, params = gap_clause(low, high)
         rows = conn.execute(
             "SELECT CASE WHEN instr(key, ':') > 0 THEN substr(key, 1, instr(key, ':')) "
             f"ELSE '' END AS grp, count(*) FROM kv WHERE {where} GROUP BY grp",

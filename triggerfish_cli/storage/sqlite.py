@@ -52,6 +52,19 @@ MMAP_SIZE = 2_147_418_112  # SQLite's default ceiling (about 2 GiB)
 CACHE_SIZE_KIB = -65_536  # a 64 MiB page cache (negative: KiB), grown only as used
 
 
+def gap_clause(low: str | None, high: str | None) -> tuple[str, list[str]]:
+    """SQL condition and parameters selecting keys with ``low <= key < high`` (None: open)."""
+    conditions: list[str] = []
+    params: list[str] = []
+    if low is not None:
+        conditions.append("key >= ?")
+        params.append(low)
+    if high is not None:
+        conditions.append("key < ?")
+        params.append(high)
+    return " AND ".join(conditions) or "1", params
+
+
 def _range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
     """SQL condition and parameters selecting keys under ``prefix`` after ``start_after``."""
     conditions: list[str] = []
@@ -472,14 +485,7 @@ class SqliteStorage(BaseStorage):
         groups: dict[str, PrefixStats] = {}
         with self.errors("stats"):
             for low, high in uncovered_ranges(known):
-                conditions, params = [], []
-                if low is not None:
-                    conditions.append("key >= ?")
-                    params.append(low)
-                if high is not None:
-                    conditions.append("key < ?")
-                    params.append(high)
-                where = " AND ".join(conditions) or "1"
+                where, params = gap_clause(low, high)
                 rows = self.connection.execute(
                     "SELECT CASE WHEN instr(key, ?) > 0 "
                     "THEN substr(key, 1, instr(key, ?) + length(?) - 1) ELSE '' END AS grp, "
