@@ -55,6 +55,7 @@ from triggerfish_cli.storage.provider import (
     BaseStorage,
     BatchCallback,
     PrefixStats,
+    after_batch,
     batched,
     prefix_upper_bound,
     uncovered_ranges,
@@ -483,7 +484,6 @@ class PostgresStorage(BaseStorage):
         pause: float,
         on_batch: BatchCallback | None,
     ) -> int:
-        import time
 
         done = 0
         for params in batches:
@@ -491,10 +491,7 @@ class PostgresStorage(BaseStorage):
                 cursor = self.connection.execute(statement, params)
             changed = max(cursor.rowcount, 0)
             done += changed
-            if on_batch is not None:
-                on_batch(changed)
-            if pause > 0:
-                time.sleep(pause)
+            after_batch(changed, pause, on_batch)
         return done
 
     def delete_many(

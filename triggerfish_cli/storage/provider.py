@@ -323,7 +323,7 @@ class BaseStorage(ABC):
                     self.delete(key)
                     done += 1
             deleted += done
-            _after_batch(done, pause, on_batch)
+            after_batch(done, pause, on_batch)
         return deleted
 
     def delete_if_unchanged(
@@ -342,7 +342,7 @@ class BaseStorage(ABC):
                     self.delete(key)
                     done += 1
             deleted += done
-            _after_batch(done, pause, on_batch)
+            after_batch(done, pause, on_batch)
         return deleted
 
     def replace_if_unchanged(
@@ -361,7 +361,7 @@ class BaseStorage(ABC):
                     self.set(key, new)
                     done += 1
             replaced += done
-            _after_batch(done, pause, on_batch)
+            after_batch(done, pause, on_batch)
         return replaced
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
@@ -437,7 +437,8 @@ def batched(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
         yield batch
 
 
-def _after_batch(done: int, pause: float, on_batch: BatchCallback | None) -> None:
+def after_batch(done: int, pause: float, on_batch: BatchCallback | None) -> None:
+    """After a committed batch: report ``done`` rows, then rest ``pause`` seconds."""
     if on_batch is not None:
         on_batch(done)
     if pause > 0:

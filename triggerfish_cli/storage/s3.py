@@ -50,6 +50,7 @@ from triggerfish_cli.storage.provider import (
     BaseStorage,
     BatchCallback,
     PrefixStats,
+    after_batch,
     batched,
     first_segment,
     uncovered_ranges,
@@ -466,7 +467,6 @@ class S3Storage(BaseStorage):
         pause: float = 0.0,
         on_batch: BatchCallback | None = None,
     ) -> int:
-        import time
 
         self._check_writable()
         deleted = 0
@@ -474,10 +474,7 @@ class S3Storage(BaseStorage):
             existing = self._existing([self.codec.name(k) for k in batch])
             self._delete_names(existing)
             deleted += len(existing)
-            if on_batch is not None:
-                on_batch(len(existing))
-            if pause > 0:
-                time.sleep(pause)
+            after_batch(len(existing), pause, on_batch)
         return deleted
 
     def _delete_if(self, item: tuple[str, str]) -> bool:
@@ -503,17 +500,13 @@ class S3Storage(BaseStorage):
         pause: float = 0.0,
         on_batch: BatchCallback | None = None,
     ) -> int:
-        import time
 
         self._check_writable()
         deleted = 0
         for batch in batched(items, batch_size):
             done = sum(self._map(self._delete_if, batch))
             deleted += done
-            if on_batch is not None:
-                on_batch(done)
-            if pause > 0:
-                time.sleep(pause)
+            after_batch(done, pause, on_batch)
         return deleted
 
     def _replace_if(self, item: tuple[str, str, str]) -> bool:
@@ -547,17 +540,13 @@ class S3Storage(BaseStorage):
         A record rewritten between the read and the put is kept (412), and a
         deleted one is not re-created (the put needs an existing ETag).
         """
-        import time
 
         self._check_writable()
         replaced = 0
         for batch in batched(items, batch_size):
             done = sum(self._map(self._replace_if, batch))
             replaced += done
-            if on_batch is not None:
-                on_batch(done)
-            if pause > 0:
-                time.sleep(pause)
+            after_batch(done, pause, on_batch)
         return replaced
 
     def _any_key(self, probe: tuple[str, str | None]) -> bool:

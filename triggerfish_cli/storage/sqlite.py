@@ -18,7 +18,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import sqlite3
-import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -35,6 +34,7 @@ from triggerfish_cli.storage.provider import (
     BaseStorage,
     BatchCallback,
     PrefixStats,
+    after_batch,
     batched,
     prefix_upper_bound,
     uncovered_ranges,
@@ -356,10 +356,7 @@ class SqliteStorage(BaseStorage):
                 conn.executemany(sql, batch)
             changed = self.connection.total_changes - before
             done += changed
-            if on_batch is not None:
-                on_batch(changed)
-            if pause > 0:
-                time.sleep(pause)
+            after_batch(changed, pause, on_batch)
         return done
 
     def delete_many(
