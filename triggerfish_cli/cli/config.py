@@ -91,13 +91,6 @@ def _provider(st: AppState, out: Output) -> StorageProvider:
     return st.provider()
 
 
-def _report(out: Output, result: dict[str, Any], message: str) -> None:
-    if out.fmt in ("json", "jsonl", "csv"):
-        out.record(result)
-    elif not out.quiet:
-        out.line(message)
-
-
 @app.command("snapshot")
 def snapshot_cmd(
     ctx: typer.Context,
@@ -119,7 +112,7 @@ def snapshot_cmd(
         out.warn(warning)
     path = st.config_path
     if result.unchanged:
-        _report(out, result.as_dict(), f"unchanged: {path} equals v{result.version}, the newest")
+        out.outcome(result.as_dict(), f"unchanged: {path} equals v{result.version}, the newest")
         return
     if result.redacted:
         out.info(
@@ -132,7 +125,7 @@ def snapshot_cmd(
         message += f"; {'would remove' if dry_run else 'removed'} " + ", ".join(
             f"v{n}" for n in result.evicted
         )
-    _report(out, result.as_dict(), message)
+    out.outcome(result.as_dict(), message)
 
 
 @app.command("history")
@@ -358,7 +351,7 @@ def rollback_cmd(
         out.warn(warning)
     path, number = st.config_path, plan.target.number
     if plan.noop:
-        _report(out, plan.as_dict(dry_run=dry_run), f"{path} already is v{number}")
+        out.outcome(plan.as_dict(dry_run=dry_run), f"{path} already is v{number}")
         return
     if plan.secrets_missing:
         out.info(f"v{number} needs values for {', '.join(plan.secrets_missing)}")
@@ -366,7 +359,7 @@ def rollback_cmd(
         if out.fmt == "table":
             out.diff(plan.diff)
         first = "snapshot the current file, then " if plan.needs_snapshot else ""
-        _report(out, plan.as_dict(dry_run=True), f"would {first}roll {path} back to v{number}")
+        out.outcome(plan.as_dict(dry_run=True), f"would {first}roll {path} back to v{number}")
         return
     if not out.quiet and out.fmt == "table":
         out.diff(plan.diff, err=True)
@@ -378,7 +371,7 @@ def rollback_cmd(
         out.info(
             f"it held plain-text secrets the store does not keep: copied to {result['backup_copy']}"
         )
-    _report(out, result, f"rolled {path} back to v{number} (recorded as v{result['version']})")
+    out.outcome(result, f"rolled {path} back to v{number} (recorded as v{result['version']})")
 
 
 @app.command("import-backups")

@@ -213,8 +213,7 @@ def set_cmd(
         text = value
     result = kv.set_value(st.provider(), key, text, raw=raw)
     out = st.output(fmt_value(fmt), quiet or None)
-    _report(
-        out,
+    out.outcome(
         result,
         f"{'replaced' if result['replaced'] else 'set'} {key} ({result['bytes']} bytes)",
     )
@@ -231,16 +230,6 @@ def _strip_newline(text: str) -> str:
     if text.endswith("\r\n"):
         return text[:-2]
     return text[:-1] if text.endswith("\n") else text
-
-
-def _report(out: object, result: dict[str, object], message: str) -> None:
-    from triggerfish_cli.cli.output import Output
-
-    assert isinstance(out, Output)
-    if out.fmt in ("json", "jsonl", "csv"):
-        out.record(result)
-    elif not out.quiet:
-        out.line(message)
 
 
 @app.command("delete")
@@ -286,7 +275,7 @@ def delete_cmd(
             )
         result = kv.delete_key(provider, key, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
-        _report(out, result, f"{verb} {key}")
+        out.outcome(result, f"{verb} {key}")
         return
     assert prefix is not None
     plan = kv.plan_prefix_delete(provider, prefix)
@@ -298,14 +287,14 @@ def delete_cmd(
         "dry_run": dry_run,
     }
     if plan.count == 0:
-        _report(out, summary, f"no keys under {prefix!r}")
+        out.outcome(summary, f"no keys under {prefix!r}")
         return
     if dry_run or not out.quiet:
         out.info(f"{plan.count} key(s) under {prefix!r}, e.g.:")
         for sample in plan.sample():
             out.info(f"  {sample}")
     if dry_run:
-        _report(out, summary, f"would delete {plan.count} key(s) under {prefix!r}")
+        out.outcome(summary, f"would delete {plan.count} key(s) under {prefix!r}")
         return
     out.confirm(
         f"Delete {plan.count} key(s) under {prefix!r}?",
@@ -314,7 +303,7 @@ def delete_cmd(
     )
     with out.progress("deleting", total=plan.count) as bar:
         summary["deleted"] = kv.delete_prefix(provider, plan, on_batch=bar.advance, pause=pause)
-    _report(out, summary, f"deleted {summary['deleted']} key(s) under {prefix!r}")
+    out.outcome(summary, f"deleted {summary['deleted']} key(s) under {prefix!r}")
 
 
 @app.command("clear")
@@ -334,8 +323,7 @@ def clear_cmd(
     count = provider.count()
     where = provider.describe()
     if dry_run:
-        _report(
-            out,
+        out.outcome(
             {"store": where, "deleted": 0, "matched": count, "dry_run": True},
             f"would delete all {count} key(s) in {where}",
         )
@@ -346,8 +334,7 @@ def clear_cmd(
         f"This deletes all {count} key(s) in {where}.", where, what="clearing the store"
     )
     deleted = kv.clear_store(provider)
-    _report(
-        out,
+    out.outcome(
         {"store": where, "deleted": deleted, "matched": count, "dry_run": False},
         f"deleted all {deleted} key(s) in {where}",
     )
@@ -420,8 +407,7 @@ def import_cmd(
         st.provider(create=True), items, dry_run=dry_run, origin=source
     ).as_dict()
     verb = "would import" if dry_run else "imported"
-    _report(
-        out,
+    out.outcome(
         result,
         f"{verb} {result['lines']} key(s): {result['new']} new, "
         f"{result['replaced']} replaced, {result['unchanged']} unchanged",

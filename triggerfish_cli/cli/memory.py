@@ -227,18 +227,10 @@ def save_cmd(
         taint=taint_level(taint),
         agent=agent or DEFAULT_AGENT,
     )
-    report(
-        out,
+    out.outcome(
         result.as_dict(),
         f"{result.status} {key} at {result.record.level.name} for {result.record.agent}",
     )
-
-
-def report(out: Output, document: dict[str, Any], message: str) -> None:
-    if out.fmt in ("json", "jsonl", "csv"):
-        out.record(document)
-    elif not out.quiet:
-        out.line(message)
 
 
 @app.command("delete")
@@ -267,7 +259,7 @@ def delete_cmd(
         )
     result = memory.delete_memory(provider, key, taint=level, agent=who, dry_run=dry_run)
     verb = "would soft-delete" if dry_run else "soft-deleted"
-    report(out, result.as_dict(), f"{verb} {key} at {level.name} for {who}")
+    out.outcome(result.as_dict(), f"{verb} {key} at {level.name} for {who}")
 
 
 @app.command("history")

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.memory import app, report, resolve_agent, warn_malformed
+from triggerfish_cli.cli.memory import app, resolve_agent, warn_malformed
 from triggerfish_cli.cli.options import (
     AgentOpt,
     AllAgentsOpt,
@@ -139,7 +139,7 @@ def purge_cmd(
         agent=resolve_agent(agent, all_agents),
     )
     if plan.count == 0:
-        report(out, plan.as_dict(0, dry_run), "no soft-deleted memories to purge")
+        out.outcome(plan.as_dict(0, dry_run), "no soft-deleted memories to purge")
         return
     summary = plan.as_dict(0, dry_run)
     if dry_run or not out.quiet:
@@ -147,11 +147,11 @@ def purge_cmd(
         for key in summary["sample"]:
             out.info(f"  {key}")
     if dry_run:
-        report(out, summary, f"would purge {plan.count} record(s)")
+        out.outcome(summary, f"would purge {plan.count} record(s)")
         return
     out.confirm(
         f"Purge {plan.count} record(s) for good?", yes=yes, what=f"purging {plan.count} record(s)"
     )
     with out.progress("purging", total=plan.count) as bar:
         deleted = memory.purge(provider, plan, on_batch=bar.advance)
-    report(out, plan.as_dict(deleted, False), f"purged {deleted} record(s)")
+    out.outcome(plan.as_dict(deleted, False), f"purged {deleted} record(s)")

@@ -225,6 +225,13 @@ class Output:
             pairs, [Column("field", "field"), Column("value", "value")], title=None, footer=None
         )
 
+    def outcome(self, document: Mapping[str, Any], message: str) -> None:
+        """What a command did: ``document`` for json/jsonl/csv, else one line (none if quiet)."""
+        if self.fmt in ("json", "jsonl", "csv"):
+            self.record(document)
+        elif not self.quiet:
+            self.line(message)
+
     def diff(self, text: str, *, err: bool = False) -> None:
         """A unified diff, exact; coloured only when its stream is a TTY (and colour is on)."""
         stream = self.stderr if err else self.stdout
