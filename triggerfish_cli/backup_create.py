@@ -209,7 +209,7 @@ def create_backup(
                         _trailer(handle, manifest)
     else:
         counter = KeyCounter()
-        chunks = _json_lines(_rows(provider), counter, on_progress)
+        chunks = _json_lines(provider.snapshot_scan(batch_size=5000), counter, on_progress)
         with dest.writer(name) as handle:
             sink = HashingWriter(handle)
             manifest.content_bytes = compress_stream(chunks, sink, compression, **options)
@@ -330,43 +330,6 @@ def _snapshot(provider: SqliteStorage, target: Path, manifest: Manifest) -> None
         source.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     except sqlite3.Error as exc:
         raise translate_error(exc, f"{provider.path}: backup") from exc
-
-
-def _rows(provider: StorageProvider) -> Iterator[tuple[str, str]]:
-    if isinstance(provider, SqliteStorage):
-        # One read transaction: a consistent snapshot, never blocking the gateway (WAL).
-        conn = provider.connection
-        try:
-            conn.execute("BEGIN")
-            try:
-                cursor = conn.execute("SELECT key, value FROM kv ORDER BY key")
-                while True:
-                    rows = cursor.fetchmany(5000)
-                    if not rows:
-                        break
-                    yield from rows
-            finally:
-                if conn.in_transaction:
-                    conn.execute("COMMIT")
-        except sqlite3.Error as exc:
-            raise translate_error(exc, f"{provider.path}: backup") from exc
-    elif provider.backend == "postgres":
-        yield from _postgres_rows(provider)
-    else:
-        yield from provider.scan(batch_size=5000)
-
-
-def _postgres_rows(provider: Any) -> Iterator[tuple[str, str]]:
-    """One REPEATABLE READ, READ ONLY transaction (a snapshot), streamed by a server cursor."""
-    conn = provider.connection
-    with provider._errors("backup"), conn.transaction():
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        with conn.cursor(name="tfadmin_backup") as cursor:
-            cursor.itersize = 5000
-            cursor.execute(
-                f"SELECT key, value FROM {provider.kv} WHERE key >= %s ORDER BY key", ("",)
-            )
-            yield from cursor
 
 
 def _json_lines(

@@ -18,7 +18,7 @@ import contextlib
 import hashlib
 import queue
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,23 +105,6 @@ def _stream_sums(rows: Iterable[tuple[str, bytes]], on_key: Callback | None) -> 
     return accumulator.sums
 
 
-def _sqlite_rows(store: SqliteStorage, batch_size: int) -> Iterator[tuple[str, bytes]]:
-    """Keys and values as stored (UTF-8 bytes, no decoding), keyset-paged."""
-    last: str | None = None
-    while True:
-        with store.errors("checksum"):
-            rows = store.connection.execute(
-                "SELECT key, CAST(value AS BLOB) FROM kv "
-                + ("WHERE key > ? " if last is not None else "")
-                + "ORDER BY key LIMIT ?",
-                ([last] if last is not None else []) + [batch_size],
-            ).fetchall()
-        yield from rows
-        if len(rows) < batch_size:
-            return
-        last = rows[-1][0]
-
-
 def namespace_sums(
     provider: StorageProvider, *, batch_size: int = 10_000, on_key: Callback | None = None
 ) -> dict[str, Sums]:
@@ -133,7 +116,7 @@ def namespace_sums(
             on_key(sum(s.count for s in sums.values()))
         return sums
     if isinstance(provider, SqliteStorage):
-        return _stream_sums(_sqlite_rows(provider, batch_size), on_key)
+        return _stream_sums(provider.scan_stored(batch_size=batch_size), on_key)
     rows = ((k, v.encode("utf-8")) for k, v in provider.scan(batch_size=batch_size))
     return _stream_sums(rows, on_key)
 

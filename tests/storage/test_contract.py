@@ -187,6 +187,17 @@ def test_scan_many_on_a_large_share_and_a_small_share(kv: Provider) -> None:
     assert kv.get("big:0000") == "new"
 
 
+def test_snapshot_scan_is_every_key_in_key_order(kv: Provider) -> None:
+    fill(kv, TRICKY)
+    got = list(kv.snapshot_scan(batch_size=2))
+    assert got == [(k, f"v:{k}") for k in sorted(TRICKY)]
+    stream = kv.snapshot_scan(batch_size=1)
+    next(stream)
+    stream.close()  # stopping early ends the snapshot
+    kv.set("a", "changed")
+    assert dict(kv.snapshot_scan())["a"] == "changed"
+
+
 def test_any_keys_probes_prefixes_after_a_key(kv: Provider) -> None:
     fill(kv, ["conv:a:001", "conv:a:002", "conv:b:001", "conv:bb:001", "x", "a_b", "\U0010ffff"])
     probes: list[tuple[str, str | None]] = [

@@ -403,6 +403,18 @@ class PostgresStorage(BaseStorage):
     ) -> Iterator[tuple[str, str]]:
         yield from self._paged("key, value", prefix, start_after, batch_size)
 
+    def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
+        """One REPEATABLE READ, READ ONLY transaction (a snapshot), streamed by a server cursor."""
+        conn = self.connection
+        with self._errors("scan"), conn.transaction():
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            with conn.cursor(name="tfadmin_snapshot") as cursor:
+                cursor.itersize = batch_size
+                cursor.execute(
+                    f"SELECT key, value FROM {self.kv} WHERE key >= %s ORDER BY key", ("",)
+                )
+                yield from cursor
+
     def scan_keys(
         self,
         prefix: str | None = None,

@@ -120,6 +120,14 @@ class StorageProvider(Protocol):
         batch_size: int = DEFAULT_BATCH,
     ) -> Iterator[str]: ...
 
+    def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
+        """Every ``(key, value)`` in key order, from one consistent snapshot where the
+        backend has one (SQLite: one read transaction, never blocking a WAL writer;
+        Postgres: one REPEATABLE READ transaction). For backups. Close the
+        iterator (or exhaust it) to end the snapshot.
+        """
+        ...
+
     def scan_many(
         self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
     ) -> Iterator[tuple[str, str]]:
@@ -278,6 +286,10 @@ class BaseStorage(ABC):
             value = self.get(key)
             if value is not None:  # deleted since it was listed
                 yield key, value
+
+    def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
+        """Fallback: :meth:`scan` of everything (batch after batch, not one snapshot)."""
+        yield from self.scan(batch_size=batch_size)
 
     def scan_many(
         self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH

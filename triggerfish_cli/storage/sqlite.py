@@ -229,6 +229,30 @@ class SqliteStorage(BaseStorage):
     ) -> Iterator[tuple[str, str]]:
         yield from self._paged("key, value", prefix, start_after, batch_size)  # type: ignore[misc]
 
+    def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
+        """Every key and value in key order from ONE read transaction (WAL: no writer waits)."""
+        conn = self.connection
+        with self.errors("scan"):
+            conn.execute("BEGIN")
+        try:
+            with self.errors("scan"):
+                cursor = conn.execute("SELECT key, value FROM kv ORDER BY key")
+            while True:
+                with self.errors("scan"):
+                    rows = cursor.fetchmany(batch_size)
+                if not rows:
+                    break
+                yield from rows
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+
+    def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
+        """Every key with its value exactly as stored (UTF-8 bytes, not decoded), key order."""
+        yield from self._paged(  # type: ignore[misc]
+            "key, CAST(value AS BLOB)", None, None, batch_size
+        )
+
     def scan_keys(
         self,
         prefix: str | None = None,
