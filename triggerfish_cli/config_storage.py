@@ -19,9 +19,13 @@ told what to do (:data:`CHOICES`):
 
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli.errors import InvalidDataError, RefusedError
+
+if TYPE_CHECKING:
+    from triggerfish_cli.settings import Settings
 
 SECTION = "storage"
 CHOICES = ("refuse", "keep", "switch")
@@ -125,3 +129,23 @@ def salvage_block(text: str) -> str | None:
     while len(kept) > 1 and (not kept[-1].strip() or kept[-1].startswith("#")):
         kept.pop()
     return "".join(kept)
+
+
+def fallback_settings(config_path: Path, *, store_named: bool) -> tuple[Settings, bool]:
+    """What to find the store by when ``config_path`` does not load (3 a.m., a broken file).
+
+    Its top-level ``storage:`` block on its own, when it has one and the
+    command line does not name the store (``store_named``: --db or
+    --backend); else no sections at all (the default store, or what the
+    command line names). The flag says whether the block was used.
+    """
+    from triggerfish_cli.settings import Settings
+
+    try:
+        text = config_path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        text = ""
+    block = salvage_block(text)
+    if not store_named and block is not None:
+        return Settings(config_path, block), True
+    return Settings(config_path), False

@@ -55,38 +55,31 @@ RedactOpt = Annotated[
 def _provider(st: AppState, out: Output) -> StorageProvider:
     """The store holding the versions, even when the config file itself is broken or gone.
 
-    At 3 a.m. the file may not parse. When its top-level storage: block still
-    parses on its own, that block names the store (a Postgres or S3 store is
-    only named there); when it has no storage: block (or --db/--backend name
-    the store), the default store is used. Either way with a warning.
+    At 3 a.m. the file may not parse: then its storage: block alone names the
+    store, or the default store is used (config_storage.fallback_settings),
+    with a warning either way.
     """
-    from triggerfish_cli.config_storage import salvage_block
+    from triggerfish_cli.config_storage import fallback_settings
     from triggerfish_cli.errors import InvalidDataError, NotFoundError, TriggerfishError
-    from triggerfish_cli.settings import Settings
 
     try:
         st.storage_config()
     except (InvalidDataError, NotFoundError) as exc:
-        try:
-            text = st.config_path.read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            text = ""
-        block = salvage_block(text)
-        if st.db is None and st.backend is None and block is not None:
-            try:
-                st._settings = Settings(st.config_path, block)
-                provider = st.provider()
-            except TriggerfishError:
-                raise InvalidDataError(
-                    exc.message,
-                    hint="its storage: section cannot be read; pass --db PATH or --backend "
-                    "to name the store holding the versions",
-                ) from None
-            out.warn(f"{exc.message}; its storage: section names {provider.describe()}")
+        named = st.db is not None or st.backend is not None
+        st._settings, from_block = fallback_settings(st.config_path, store_named=named)
+        if not from_block:
+            provider = st.provider()
+            out.warn(f"{exc.message}; working on {provider.describe()} without it")
             return provider
-        st._settings = Settings(st.config_path)  # no sections: --db, --backend or the default
-        provider = st.provider()
-        out.warn(f"{exc.message}; working on {provider.describe()} without it")
+        try:
+            provider = st.provider()
+        except TriggerfishError:
+            raise InvalidDataError(
+                exc.message,
+                hint="its storage: section cannot be read; pass --db PATH or --backend "
+                "to name the store holding the versions",
+            ) from None
+        out.warn(f"{exc.message}; its storage: section names {provider.describe()}")
         return provider
     return st.provider()
 
