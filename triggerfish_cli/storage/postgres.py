@@ -50,6 +50,7 @@ from triggerfish_cli.errors import (
     UsageError,
 )
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage import key_ranges
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -57,7 +58,6 @@ from triggerfish_cli.storage.provider import (
     PrefixStats,
     after_batch,
     batched,
-    prefix_upper_bound,
     uncovered_ranges,
 )
 from triggerfish_cli.storage.remote_settings import (
@@ -718,32 +718,9 @@ def _check_text(key: str, value: str) -> None:
 
 def _range(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
     """SQL condition and parameters: keys under ``prefix`` after ``start_after``."""
-    conditions: list[str] = []
-    params: list[str] = []
-    if prefix:
-        if start_after is not None and start_after >= prefix:
-            conditions.append("key > %s")
-            params.append(start_after)
-        else:
-            conditions.append("key >= %s")
-            params.append(prefix)
-        upper = prefix_upper_bound(prefix)
-        if upper is not None:
-            conditions.append("key < %s")
-            params.append(upper)
-    elif start_after is not None:
-        conditions.append("key > %s")
-        params.append(start_after)
-    return (" AND ".join(conditions) or "TRUE"), params
+    return key_ranges.under(prefix, start_after, mark="%s", true="TRUE")
 
 
 def _between(low: str | None, high: str | None) -> tuple[str, list[str]]:
     """SQL condition and parameters: ``low <= key < high`` (None: unbounded)."""
-    conditions, params = [], []
-    if low is not None:
-        conditions.append("key >= %s")
-        params.append(low)
-    if high is not None:
-        conditions.append("key < %s")
-        params.append(high)
-    return (" AND ".join(conditions) or "TRUE"), params
+    return key_ranges.between(low, high, mark="%s", true="TRUE")

@@ -29,6 +29,7 @@ from triggerfish_cli.errors import (
     InvalidDataError,
     TriggerfishError,
 )
+from triggerfish_cli.storage import key_ranges
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -54,36 +55,12 @@ CACHE_SIZE_KIB = -65_536  # a 64 MiB page cache (negative: KiB), grown only as u
 
 def gap_clause(low: str | None, high: str | None) -> tuple[str, list[str]]:
     """SQL condition and parameters selecting keys with ``low <= key < high`` (None: open)."""
-    conditions: list[str] = []
-    params: list[str] = []
-    if low is not None:
-        conditions.append("key >= ?")
-        params.append(low)
-    if high is not None:
-        conditions.append("key < ?")
-        params.append(high)
-    return " AND ".join(conditions) or "1", params
+    return key_ranges.between(low, high, mark="?", true="1")
 
 
 def _range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
     """SQL condition and parameters selecting keys under ``prefix`` after ``start_after``."""
-    conditions: list[str] = []
-    params: list[str] = []
-    if prefix:
-        if start_after is not None and start_after >= prefix:
-            conditions.append("key > ?")
-            params.append(start_after)
-        else:
-            conditions.append("key >= ?")
-            params.append(prefix)
-        upper = prefix_upper_bound(prefix)
-        if upper is not None:
-            conditions.append("key < ?")
-            params.append(upper)
-    elif start_after is not None:
-        conditions.append("key > ?")
-        params.append(start_after)
-    return (" AND ".join(conditions) or "1"), params
+    return key_ranges.under(prefix, start_after, mark="?", true="1")
 
 
 def translate_error(exc: sqlite3.Error, where: str) -> TriggerfishError:
