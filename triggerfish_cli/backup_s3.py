@@ -53,7 +53,7 @@ class S3Destination:
         return self.prefix + name
 
     def _errors(self, what: str) -> contextlib.AbstractContextManager[None]:
-        return self.store._errors(what)
+        return self.store.errors(what)
 
     def _head(self, name: str, *, checksums: bool = False) -> dict[str, Any] | None:
         from botocore.exceptions import ClientError

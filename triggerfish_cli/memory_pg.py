@@ -109,7 +109,7 @@ class PgFtsIndex:
         conn = storage.connection
         self.name = sql.Identifier(storage.schema, TABLE).as_string(conn).replace("%", "%%")
         self.index_name = sql.Identifier(f"{TABLE}_document").as_string(conn)
-        with storage._errors("open the memory index"):
+        with storage.errors("open the memory index"):
             row = conn.execute(
                 "SELECT to_regclass(%s)::oid",
                 (sql.Identifier(storage.schema, TABLE).as_string(conn),),
@@ -120,7 +120,7 @@ class PgFtsIndex:
     @contextmanager
     def _transaction(self, what: str) -> Iterator[Any]:
         conn = self.storage.connection
-        with self.storage._errors(what), conn.transaction():
+        with self.storage.errors(what), conn.transaction():
             yield conn
 
     # -- search ---------------------------------------------------------------------
@@ -134,7 +134,7 @@ class PgFtsIndex:
         words = request.text.split()
         kept: list[str] = []
         if words:
-            with self.storage._errors("search"):
+            with self.storage.errors("search"):
                 rows = self.storage.connection.execute(
                     f"SELECT w, numnode(phraseto_tsquery('english', {_words('w')})) > 0 "
                     "FROM unnest(%s::text[]) WITH ORDINALITY AS u(w, n) ORDER BY n",
@@ -180,7 +180,7 @@ class PgFtsIndex:
 
         while len(result.hits) < request.limit:
             try:
-                with self.storage._errors("search"):
+                with self.storage.errors("search"):
                     rows = self.storage.connection.execute(
                         statement, [_HEADLINE, *params, *filters, batch, offset]
                     ).fetchall()
@@ -225,7 +225,7 @@ class PgFtsIndex:
         ``memory reindex``).
         """
         kv, conn = self.storage.kv, self.storage.connection
-        with self.storage._errors("memory index catch-up"):
+        with self.storage.errors("memory index catch-up"):
             rows = conn.execute(
                 "SELECT coalesce(k.key, f.storage_key) FROM "
                 f"(SELECT key, value FROM {kv} WHERE key >= %s AND key < %s) AS k "
@@ -334,7 +334,7 @@ class PgFtsIndex:
             if agent is not None:
                 where += " AND agent_id = %s"
                 params.append(agent)
-            with self.storage._errors("read the memory index"):
+            with self.storage.errors("read the memory index"):
                 have = dict(
                     self.storage.connection.execute(
                         f"SELECT storage_key, record_json FROM {self.name} WHERE {where}", params
@@ -387,7 +387,7 @@ class PgFtsIndex:
             if on_batch is not None:
                 on_batch(len(batch))
         if fix:  # fresh planner statistics for the searches and catch-ups that follow
-            with self.storage._errors("memory reindex"):
+            with self.storage.errors("memory reindex"):
                 self.storage.connection.execute(f"ANALYZE {self.name}")
         return drift
 

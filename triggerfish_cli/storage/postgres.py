@@ -141,7 +141,7 @@ class PostgresStorage(BaseStorage):
             self.table = sql.Identifier(self.schema, "kv").as_string(self._conn)
             #: The table's name for statement text (``%`` doubled for psycopg).
             self.kv = self.table.replace("%", "%%")
-            with self._errors("open"):
+            with self.errors("open"):
                 self._check_encoding()
                 self._prepare_table(create)
                 if read_only:
@@ -205,7 +205,7 @@ class PostgresStorage(BaseStorage):
                 conn.close()
 
     @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
+    def errors(self, what: str) -> Iterator[None]:
         import psycopg
 
         try:
@@ -333,7 +333,7 @@ class PostgresStorage(BaseStorage):
     def get(self, key: str) -> str | None:
         if "\x00" in key:
             return None
-        with self._errors("get"):
+        with self.errors("get"):
             row = self.connection.execute(
                 f"SELECT value FROM {self.kv} WHERE key = %s", (key,)
             ).fetchone()
@@ -341,7 +341,7 @@ class PostgresStorage(BaseStorage):
 
     def set(self, key: str, value: str) -> None:
         _check_text(key, value)
-        with self._errors("set"):
+        with self.errors("set"):
             self.connection.execute(
                 f"INSERT INTO {self.kv} (key, value) VALUES (%s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -351,14 +351,14 @@ class PostgresStorage(BaseStorage):
     def delete(self, key: str) -> None:
         if "\x00" in key:
             return
-        with self._errors("delete"):
+        with self.errors("delete"):
             self.connection.execute(f"DELETE FROM {self.kv} WHERE key = %s", (key,))
 
     def list(self, prefix: str | None = None) -> list[str]:
         if prefix and "\x00" in prefix:
             return []
         where, params = _range(prefix)
-        with self._errors("list"):
+        with self.errors("list"):
             rows = self.connection.execute(
                 f"SELECT key FROM {self.kv} WHERE {where} ORDER BY key", params
             ).fetchall()
@@ -367,7 +367,7 @@ class PostgresStorage(BaseStorage):
     def clear(self) -> None:
         """Delete every key: one ``TRUNCATE``, waiting at most 10 s for other writers."""
         conn = self.connection
-        with self._errors("clear"), conn.transaction():
+        with self.errors("clear"), conn.transaction():
             conn.execute("SET LOCAL lock_timeout = '10s'")
             conn.execute(f"TRUNCATE {self.kv}")
 
@@ -384,7 +384,7 @@ class PostgresStorage(BaseStorage):
         last = start_after
         while True:
             where, params = _range(prefix, last)
-            with self._errors("scan"):
+            with self.errors("scan"):
                 rows = self.connection.execute(
                     f"SELECT {columns} FROM {self.kv} WHERE {where} ORDER BY key LIMIT %s",
                     [*params, batch_size],
@@ -406,7 +406,7 @@ class PostgresStorage(BaseStorage):
     def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
         """One REPEATABLE READ, READ ONLY transaction (a snapshot), streamed by a server cursor."""
         conn = self.connection
-        with self._errors("scan"), conn.transaction():
+        with self.errors("scan"), conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             with conn.cursor(name="tfadmin_snapshot") as cursor:
                 cursor.itersize = batch_size
@@ -428,7 +428,7 @@ class PostgresStorage(BaseStorage):
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         for batch in batched((k for k in keys if "\x00" not in k), 1000):
-            with self._errors("get"):
+            with self.errors("get"):
                 rows = self.connection.execute(
                     f"SELECT key, value FROM {self.kv} WHERE key = ANY(%s)", (batch,)
                 ).fetchall()
@@ -448,7 +448,7 @@ class PostgresStorage(BaseStorage):
             return len(staged)
         from psycopg import errors
 
-        with self._errors("write"):
+        with self.errors("write"):
             low, high = min(staged), max(staged)
             taken = conn.execute(
                 f"SELECT 1 FROM {self.kv} WHERE key >= %s AND key <= %s LIMIT 1", (low, high)
@@ -474,7 +474,7 @@ class PostgresStorage(BaseStorage):
 
     def _upsert(self, staged: Mapping[str, str]) -> None:
         conn = self.connection
-        with self._errors("write"), conn.transaction(), conn.cursor() as cur:
+        with self.errors("write"), conn.transaction(), conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {self.kv} (key, value) VALUES (%s, %s) "
                 "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
@@ -499,7 +499,7 @@ class PostgresStorage(BaseStorage):
 
         done = 0
         for params in batches:
-            with self._errors("delete"):
+            with self.errors("delete"):
                 cursor = self.connection.execute(statement, params)
             changed = max(cursor.rowcount, 0)
             done += changed
@@ -574,7 +574,7 @@ class PostgresStorage(BaseStorage):
         answers: builtins.list[bool] = []
         conn = self.connection
         for chunk in batched(probes, 500):
-            with self._errors("probe"):
+            with self.errors("probe"):
                 cursors: builtins.list[psycopg.Cursor[Any] | None] = []
                 with self._pipeline():
                     for prefix, after in chunk:
@@ -602,13 +602,13 @@ class PostgresStorage(BaseStorage):
             return self._connect(self._dsn, self._connect_timeout)
 
         what = f"{name} on {self.describe()}"
-        return advisory_lock(connect, self.schema, name, wait, what, errors=self._errors)
+        return advisory_lock(connect, self.schema, name, wait, what, errors=self.errors)
 
     def count(self, prefix: str | None = None) -> int:
         if prefix and "\x00" in prefix:
             return 0
         where, params = _range(prefix)
-        with self._errors("count"):
+        with self.errors("count"):
             row = self.connection.execute(
                 f"SELECT count(*) FROM {self.kv} WHERE {where}", params
             ).fetchone()
@@ -618,7 +618,7 @@ class PostgresStorage(BaseStorage):
         """One range count per prefix, sent together in a pipeline (one round trip)."""
         conn = self.connection
         stats: dict[str, PrefixStats] = {}
-        with self._errors("stats"):
+        with self.errors("stats"):
             cursors = []
             with self._pipeline():
                 for prefix in prefixes:
@@ -638,7 +638,7 @@ class PostgresStorage(BaseStorage):
     def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
         """Group the keys in the gaps between the known prefix ranges by first segment."""
         groups: dict[str, PrefixStats] = {}
-        with self._errors("stats"):
+        with self.errors("stats"):
             for low, high in uncovered_ranges(known):
                 where, params = _between(low, high)
                 rows = self.connection.execute(
@@ -673,7 +673,7 @@ class PostgresStorage(BaseStorage):
         segment = "CASE WHEN strpos(key, ':') > 0 THEN left(key, strpos(key, ':')) ELSE '' END"
         conn = self.connection
         found: dict[str, tuple[int, int]] = {}
-        with self._errors("checksum"):
+        with self.errors("checksum"):
             cursors = []
             with self._pipeline():
                 for low, high, group in ranges:

@@ -137,7 +137,7 @@ class S3Storage(BaseStorage):
         # A first request that gives up quickly: an unreachable or silent endpoint is
         # an error within seconds, not after the retries of a long read timeout.
         probe = self._make_client(self.endpoint_url, region, connect_timeout, connect_timeout, 1)
-        with self._errors("open"):
+        with self.errors("open"):
             probe.head_bucket(Bucket=self.bucket)
 
     # -- plumbing ---------------------------------------------------------------
@@ -161,7 +161,7 @@ class S3Storage(BaseStorage):
             s3={"addressing_style": "path"} if endpoint_url else {},
             user_agent_extra="triggerfish-admin",
         )
-        with self._errors("open"):
+        with self.errors("open"):
             session = boto3.session.Session(region_name=region)
             client: Any = session.client("s3", endpoint_url=endpoint_url, config=config)
         return client
@@ -179,7 +179,7 @@ class S3Storage(BaseStorage):
         return f"{self.describe()}{endpoint}"
 
     @contextmanager
-    def _errors(self, what: str) -> Iterator[None]:
+    def errors(self, what: str) -> Iterator[None]:
         from botocore import exceptions
 
         try:
@@ -252,7 +252,7 @@ class S3Storage(BaseStorage):
     def _read(self, name: str) -> tuple[bytes, str] | None:
         """Body and ETag of an object, None when it does not exist."""
         try:
-            with self._errors("get"):
+            with self.errors("get"):
                 response = self.client.get_object(Bucket=self.bucket, Key=self._object(name))
                 return response["Body"].read(), str(response.get("ETag", ""))
         except NotFoundError:
@@ -279,7 +279,7 @@ class S3Storage(BaseStorage):
 
     def _put(self, item: tuple[str, str]) -> None:
         key, value = item
-        with self._errors("set"):
+        with self.errors("set"):
             self.client.put_object(
                 Bucket=self.bucket,
                 Key=self._object(self.codec.name(key)),
@@ -295,7 +295,7 @@ class S3Storage(BaseStorage):
         if after is not None:
             kwargs["StartAfter"] = self.prefix + after
         cut = len(self.prefix)
-        with self._errors("list"):
+        with self.errors("list"):
             for page in paginator.paginate(**kwargs, PaginationConfig={"PageSize": page_size}):
                 for item in page.get("Contents", ()):
                     name = item["Key"][cut:]
@@ -350,7 +350,7 @@ class S3Storage(BaseStorage):
 
     def delete(self, key: str) -> None:
         self._check_writable()
-        with self._errors("delete"):
+        with self.errors("delete"):
             self.client.delete_object(Bucket=self.bucket, Key=self._object(self.codec.name(key)))
 
     def list(self, prefix: str | None = None) -> list[str]:
@@ -365,7 +365,7 @@ class S3Storage(BaseStorage):
     def _delete_names(self, names: Sequence[str]) -> None:
         if not names:
             return
-        with self._errors("delete"):
+        with self.errors("delete"):
             response = self.client.delete_objects(
                 Bucket=self.bucket,
                 Delete={"Objects": [{"Key": self._object(n)} for n in names], "Quiet": True},
@@ -430,7 +430,7 @@ class S3Storage(BaseStorage):
 
     def _exists(self, name: str) -> bool:
         try:
-            with self._errors("get"):
+            with self.errors("get"):
                 self.client.head_object(Bucket=self.bucket, Key=self._object(name))
         except NotFoundError:
             return False
@@ -484,7 +484,7 @@ class S3Storage(BaseStorage):
         if found is None or self._value(key, name, found[0]) != expected:
             return False
         try:
-            with self._errors("delete"):
+            with self.errors("delete"):
                 self.client.delete_object(
                     Bucket=self.bucket, Key=self._object(name), IfMatch=found[1]
                 )
@@ -516,7 +516,7 @@ class S3Storage(BaseStorage):
         if found is None or self._value(key, name, found[0]) != expected:
             return False
         try:
-            with self._errors("set"):
+            with self.errors("set"):
                 self.client.put_object(
                     Bucket=self.bucket,
                     Key=self._object(name),
@@ -569,7 +569,7 @@ class S3Storage(BaseStorage):
             self._object(lease_name(name)),
             wait,
             f"{name} on {self.describe()}",
-            errors=self._errors,
+            errors=self.errors,
             precondition=_PreconditionFailed,
             ttl=self.lease_ttl,
         )
