@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.backup_archive import (
@@ -36,7 +37,9 @@ from triggerfish_cli.backup_archive import (
     trailer_bytes,
 )
 from triggerfish_cli.backup_dest import Destination, temp_dir
+from triggerfish_cli.backup_snapshot import stream_snapshot
 from triggerfish_cli.errors import TriggerfishError, UsageError
+from triggerfish_cli.memory import LEVELS_BY_NAME
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
 from triggerfish_cli.storage.sqlite import (
@@ -89,10 +92,11 @@ def count_rows(conn: sqlite3.Connection) -> Counts:
 
 
 def memory_level(key: str) -> str | None:
-    from triggerfish_cli.memory import split_key
-
-    parts = split_key(key)
-    return parts[1].name if parts else None
+    """The level of ``memory:<agent>:<LEVEL>:<key>`` (as ``memory.split_key`` reads it)."""
+    parts = key.split(":", 3)
+    if len(parts) == 4 and parts[0] == "memory" and parts[1] and parts[2] in LEVELS_BY_NAME:
+        return parts[2]
+    return None
 
 
 class KeyCounter:
@@ -178,41 +182,38 @@ def create_backup(
         assert isinstance(provider, SqliteStorage)
         with dest.staging(name) as staged:
             if compression == "none":  # the snapshot is the payload: no second copy
-                _snapshot(provider, staged, manifest)
-                with (
-                    _syncing(staged),
-                    _counting(staged, manifest),
-                    staged.open("rb") as source,
-                ):
-                    sink = HashingWriter(_NullSink())
-                    compress_stream(source, sink, "none")
+                os.close(os.open(staged, os.O_WRONLY | os.O_CREAT, 0o600))
+                with _syncing(staged):
+                    sink = _physical(provider, staged, manifest, _hash_only)
                 manifest.content_bytes = sink.count
-                _finish_payload(sink, manifest)
-                with staged.open("ab") as handle:
-                    _trailer(handle, manifest)
             else:
-                with temp_dir(dest.scratch_dir(), "snapshot") as scratch:
-                    snapshot = scratch / "snapshot.db"
-                    _snapshot(provider, snapshot, manifest)
-                    with (
-                        _counting(snapshot, manifest),
-                        snapshot.open("rb") as source,
-                        staged.open("wb") as handle,
-                        _syncing(staged),  # after the open: the file exists now
-                    ):
-                        sink = HashingWriter(handle)
-                        manifest.content_bytes = compress_stream(
-                            source, sink, compression, **options
-                        )
-                    _finish_payload(sink, manifest)
-                    with staged.open("ab") as handle:
-                        _trailer(handle, manifest)
+                with (
+                    temp_dir(dest.scratch_dir(), "snapshot") as scratch,
+                    staged.open("wb") as out,
+                    _syncing(staged),  # after the open: the file exists now
+                ):
+
+                    def compress(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
+                        out.seek(0)
+                        out.truncate()
+                        sink = HashingWriter(out)
+                        done = compress_stream(chunks, sink, compression, **options)
+                        manifest.content_bytes, manifest.frames = done.read, done.frames
+                        return sink
+
+                    sink = _physical(
+                        provider, scratch / "snapshot.db", manifest, compress, scratch=True
+                    )
+            _finish_payload(sink, manifest)
+            with staged.open("ab") as tail:
+                _trailer(tail, manifest)
     else:
         counter = KeyCounter()
         chunks = _json_lines(provider.snapshot_scan(batch_size=5000), counter, on_progress)
         with dest.writer(name) as handle:
             sink = HashingWriter(handle)
-            manifest.content_bytes = compress_stream(chunks, sink, compression, **options)
+            done = compress_stream(chunks, sink, compression, **options)
+            manifest.content_bytes, manifest.frames = done.read, done.frames
             _set_counts(manifest, counter.counts())
             _finish_payload(sink, manifest)
             _trailer(handle, manifest)
@@ -220,7 +221,7 @@ def create_backup(
 
 
 class _NullSink:
-    def write(self, data: bytes) -> int:
+    def write(self, data: bytes | memoryview) -> int:
         return len(data)
 
     def flush(self) -> None:
@@ -249,32 +250,60 @@ def _trailer(handle: Any, manifest: Manifest) -> None:
     handle.write(trailer_bytes(manifest))
 
 
-@contextlib.contextmanager
-def _counting(snapshot: Path, manifest: Manifest) -> Iterator[None]:
-    """Count the snapshot's keys in a thread (SQLite releases the GIL) during the block."""
-    import threading
+def _physical(
+    provider: SqliteStorage,
+    target: Path,
+    manifest: Manifest,
+    consume: Callable[[Iterator[bytes | memoryview]], HashingWriter],
+    *,
+    scratch: bool = False,
+) -> HashingWriter:
+    """Snapshot the store into ``target``, streaming it through ``consume``; count its keys.
 
-    found: list[Counts | BaseException] = []
+    The counts are read from the finished copy on a thread of their own,
+    while ``consume`` catches up with the copy. A ``scratch`` copy is
+    unlinked as soon as everything that reads it has it open: its pages
+    are freed by the last reader, not at the end on the way out.
+    """
+    from triggerfish_cli.threads import Worker
 
-    def work() -> None:
+    counting: list[Worker] = []
+
+    def copied() -> None:
+        # Read-only and immutable: no -wal/-shm beside it, and never a byte
+        # changed under the hash (the copy's header says WAL, as its source).
+        uri = f"file:{quote(str(target.absolute()))}?mode=ro&immutable=1"
         try:
-            with contextlib.closing(sqlite3.connect(snapshot, isolation_level=None)) as conn:
-                found.append(count_rows(conn))
-        except BaseException as exc:  # handed to the main thread
-            found.append(exc)
+            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise translate_error(exc, f"{target}: count") from exc
+        counting.append(Worker(lambda: _count(conn, target)))
+        if scratch:
+            target.unlink()
 
-    thread = threading.Thread(target=work, name="backup-count", daemon=True)
-    thread.start()
     try:
-        yield
+        sink, snapshot = stream_snapshot(provider, target, consume, on_copied=copied)
     finally:
-        thread.join()
-    result = found[0]
-    if isinstance(result, sqlite3.Error):
-        raise translate_error(result, f"{snapshot}: count")
-    if isinstance(result, BaseException):
-        raise result
-    _set_counts(manifest, result)
+        for worker in counting:  # never leave it reading a file about to go
+            with contextlib.suppress(BaseException):
+                worker.result()
+    manifest.page_size, manifest.page_count = snapshot.page_size, snapshot.page_count
+    _set_counts(manifest, counting[0].result())
+    return sink
+
+
+def _count(conn: sqlite3.Connection, target: Path) -> Counts:
+    try:
+        with contextlib.closing(conn):
+            return count_rows(conn)
+    except sqlite3.Error as exc:
+        raise translate_error(exc, f"{target}: count") from exc
+
+
+def _hash_only(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
+    sink = HashingWriter(_NullSink())
+    compress_stream(chunks, sink, "none")
+    return sink
 
 
 @contextlib.contextmanager
@@ -310,26 +339,6 @@ def _syncing(path: Path) -> Iterator[None]:
         thread.join()
     if failed:
         raise TriggerfishError(f"{path}: cannot write: {failed[0].strerror}")
-
-
-def _snapshot(provider: SqliteStorage, target: Path, manifest: Manifest) -> None:
-    """The online backup API in ONE step (pages=-1) into ``target``.
-
-    The copy needs neither a journal nor fsyncs of its own: it is a temp file
-    until the caller has fsynced and renamed it.
-    """
-    source = provider.connection
-    try:
-        with contextlib.closing(sqlite3.connect(target, isolation_level=None)) as copy:
-            copy.execute("PRAGMA journal_mode=OFF")
-            copy.execute("PRAGMA synchronous=OFF")
-            source.backup(copy, pages=-1)
-            manifest.page_size = int(copy.execute("PRAGMA page_size").fetchone()[0])
-            manifest.page_count = int(copy.execute("PRAGMA page_count").fetchone()[0])
-        # The gateway's checkpoints could not pass our snapshot: catch up now.
-        source.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    except sqlite3.Error as exc:
-        raise translate_error(exc, f"{provider.path}: backup") from exc
 
 
 def _json_lines(

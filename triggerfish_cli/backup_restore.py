@@ -380,7 +380,7 @@ def _archive_rows(archive: Path, manifest: Manifest, snapshot: Path) -> Iterator
         return
     with archive.open("rb") as handle:
         reader = LimitedHashingReader(handle, manifest.payload_bytes)
-        chunks = decompress_chunks(reader, manifest.compression)
+        chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
         for key, value, _number, _size in iter_lines(chunks):
             yield key, value
 

@@ -76,7 +76,7 @@ def verify_file(
     result = Verified(name, manifest)
     with path.open("rb") as handle:
         reader = LimitedHashingReader(handle, manifest.payload_bytes)
-        chunks = decompress_chunks(reader, manifest.compression)
+        chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
         try:
             if manifest.kind == "physical":
                 if snapshot is None:
