@@ -118,6 +118,42 @@ def test_the_streamed_bytes_are_the_finished_copy(
     assert not _new_threads(before)
 
 
+def test_mapped_chunks_stay_valid_while_held_and_the_copy_can_go(
+    gateway_open: Path, tmp_path: Path
+) -> None:
+    """With ``mapped``, chunks are whole frames of the file, kept by the consumer
+    (as the compression pool does), still right after the copy is unlinked."""
+    before = set(threading.enumerate())
+    gateway_db = gateway_open
+    _grow(gateway_db, 3000, checkpoint=False)
+    provider = SqliteStorage(gateway_db)
+    target = tmp_path / "copy.db"
+    frame = 64 << 10
+    final: list[bytes] = []
+
+    def copied() -> None:
+        final.append(target.read_bytes())
+        target.unlink()  # what a scratch copy does: its readers keep it alive
+
+    try:
+        chunks, snapshot = backup_snapshot.stream_snapshot(
+            provider,
+            target,
+            list,  # keeps every chunk, as a pool holds frames
+            on_copied=copied,
+            mapped=frame,
+        )
+    finally:
+        provider.close()
+    assert snapshot.streamed and not target.exists()
+    sizes = [len(chunk) for chunk in chunks]
+    assert sizes[0] == 4096 and sizes[1] == frame - 4096  # page 1, then up to a frame
+    assert all(size == frame for size in sizes[2:-1]) and 0 < sizes[-1] <= frame
+    assert b"".join(bytes(chunk) for chunk in chunks) == final[0]
+    del chunks
+    assert not _new_threads(before)
+
+
 def test_a_wrong_first_page_guess_streams_again_from_the_finished_copy(
     gateway_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -231,16 +267,17 @@ def _payload(size: int) -> bytes:
 
 
 @pytest.mark.parametrize("threads", [1, 3])
+@pytest.mark.parametrize("piece", [50_000, 64 << 10], ids=["gathered", "whole-frames"])
 def test_zstd_frames_decompress_as_one_stream_in_order(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, threads: int, piece: int
 ) -> None:
     monkeypatch.setattr(ZstdFrames, "FRAME", 64 << 10)
     content = _payload(1_000_000)
     out = tmp_path / "payload.zst"
     with out.open("wb") as handle:
         sink = HashingWriter(handle)
-        pieces = (memoryview(content)[i : i + 50_000] for i in range(0, len(content), 50_000))
-        done = compress_stream(pieces, sink, "zstd", threads=threads)
+        pieces = (memoryview(content)[i : i + piece] for i in range(0, len(content), piece))
+        done = compress_stream(pieces, sink, "zstd", threads=threads, stable=True)
     data = out.read_bytes()
     assert done.read == len(content) and done.frames is not None
     assert len(done.frames) == -(-len(content) // (64 << 10)) and sum(done.frames) == len(data)

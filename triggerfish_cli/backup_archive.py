@@ -293,11 +293,14 @@ def compress_stream(
     *,
     level: int | None = None,
     threads: int = 0,
+    stable: bool = False,
 ) -> Compressed:
     """Compress ``chunks`` into ``sink``.
 
     The chunks may be views of a buffer their producer reuses: each is
-    consumed (copied or compressed) before the next is asked for.
+    consumed (copied or compressed) before the next is asked for. With
+    ``stable``, a chunk stays valid for as long as it is held: zstd then
+    compresses a chunk of exactly one frame where it is, without a copy.
     """
     read = 0
     if compression == "zstd":
@@ -305,7 +308,7 @@ def compress_stream(
         with ZstdFrames(DEFAULT_ZSTD_LEVEL if level is None else level, threads) as frames:
             for chunk in chunks:
                 read += len(chunk)
-                for frame in frames.add(chunk):
+                for frame in frames.add(chunk, stable=stable):
                     sizes.append(sink.write(frame))
             for frame in frames.finish():
                 sizes.append(sink.write(frame))
@@ -350,7 +353,9 @@ class ZstdFrames:
         if self._threads > 1:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="backup-zstd")
         #: Frames on the pool, oldest first, each with the buffer it reads.
-        self._pending: collections.deque[tuple[Future[bytes], bytearray]] = collections.deque()
+        self._pending: collections.deque[tuple[Future[bytes], bytearray | None]] = (
+            collections.deque()
+        )
         self._free: list[bytearray] = []
         self._buffer = bytearray(self.FRAME)
         self._filled = 0
@@ -372,9 +377,16 @@ class ZstdFrames:
             self._local.compressor = compressor
         return bytes(compressor.compress(block))
 
-    def add(self, chunk: bytes | memoryview) -> Iterator[bytes]:
-        """Take ``chunk``; the frames finished by now, in order."""
+    def add(self, chunk: bytes | memoryview, *, stable: bool = False) -> Iterator[bytes]:
+        """Take ``chunk``; the frames finished by now, in order.
+
+        ``stable``: the chunk stays valid while held, so one of exactly a
+        frame is compressed where it is.
+        """
         view = memoryview(chunk).cast("B")
+        if stable and not self._filled and len(view) == self.FRAME and self._pool is not None:
+            yield from self._submit(view)
+            return
         while view:
             room = self.FRAME - self._filled
             taken = view[:room]
@@ -390,25 +402,29 @@ class ZstdFrames:
         while self._pending:
             yield self._collect()
 
-    def _submit(self) -> Iterator[bytes]:
+    def _submit(self, outside: memoryview | None = None) -> Iterator[bytes]:
+        """Compress the gathered block, or ``outside`` (a whole frame held elsewhere)."""
         self._frames += 1
-        block, filled = self._buffer, self._filled
+        block = None if outside is not None else self._buffer
+        data = outside if outside is not None else memoryview(self._buffer)[: self._filled]
         if self._pool is None:
             self._filled = 0
-            yield self._compress(memoryview(block)[:filled])
+            yield self._compress(data)
             return
-        self._pending.append((self._pool.submit(self._compress, memoryview(block)[:filled]), block))
+        self._pending.append((self._pool.submit(self._compress, data), block))
         while self._pending and (
             self._pending[0][0].done() or len(self._pending) > 2 * self._threads
         ):
             yield self._collect()
-        self._buffer = self._free.pop() if self._free else bytearray(self.FRAME)
-        self._filled = 0
+        if block is not None:
+            self._buffer = self._free.pop() if self._free else bytearray(self.FRAME)
+            self._filled = 0
 
     def _collect(self) -> bytes:
         future, block = self._pending.popleft()
         frame = future.result()
-        self._free.append(block)
+        if block is not None:
+            self._free.append(block)
         return frame
 
 

@@ -32,6 +32,7 @@ from triggerfish_cli.backup_archive import (
     COMPRESSIONS,
     HashingWriter,
     Manifest,
+    ZstdFrames,
     archive_name,
     compress_stream,
     trailer_bytes,
@@ -43,6 +44,7 @@ from triggerfish_cli.memory import LEVELS_BY_NAME
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
 from triggerfish_cli.storage.sqlite import (
+    MMAP_SIZE,
     SqliteStorage,
     _range_clause,
     gap_clause,
@@ -197,12 +199,17 @@ def create_backup(
                         out.seek(0)
                         out.truncate()
                         sink = HashingWriter(out)
-                        done = compress_stream(chunks, sink, compression, **options)
+                        done = compress_stream(chunks, sink, compression, stable=True, **options)
                         manifest.content_bytes, manifest.frames = done.read, done.frames
                         return sink
 
                     sink = _physical(
-                        provider, scratch / "snapshot.db", manifest, compress, scratch=True
+                        provider,
+                        scratch / "snapshot.db",
+                        manifest,
+                        compress,
+                        scratch=True,
+                        mapped=ZstdFrames.FRAME if compression == "zstd" else None,
                     )
             _finish_payload(sink, manifest)
             with staged.open("ab") as tail:
@@ -257,6 +264,7 @@ def _physical(
     consume: Callable[[Iterator[bytes | memoryview]], HashingWriter],
     *,
     scratch: bool = False,
+    mapped: int | None = None,
 ) -> HashingWriter:
     """Snapshot the store into ``target``, streaming it through ``consume``; count its keys.
 
@@ -275,6 +283,7 @@ def _physical(
         uri = f"file:{quote(str(target.absolute()))}?mode=ro&immutable=1"
         try:
             conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
+            conn.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
         except sqlite3.Error as exc:
             raise translate_error(exc, f"{target}: count") from exc
         counting.append(Worker(lambda: _count(conn, target)))
@@ -282,7 +291,7 @@ def _physical(
             target.unlink()
 
     try:
-        sink, snapshot = stream_snapshot(provider, target, consume, on_copied=copied)
+        sink, snapshot = stream_snapshot(provider, target, consume, on_copied=copied, mapped=mapped)
     finally:
         for worker in counting:  # never leave it reading a file about to go
             with contextlib.suppress(BaseException):

@@ -67,6 +67,7 @@ def stream_snapshot(
     consume: Consume[T],
     *,
     on_copied: Callable[[], None] | None = None,
+    mapped: int | None = None,
 ) -> tuple[T, Snapshot]:
     """Copy the live store into ``target`` (a new, empty file) and stream its bytes.
 
@@ -78,6 +79,8 @@ def stream_snapshot(
     the copy is complete (the file is final), while ``consume`` may still
     be catching up; from then on this function reads the copy only through
     files it already has open, so ``on_copied`` may unlink ``target``.
+    ``mapped``: chunks are memory maps of that size, kept valid while held
+    (see :class:`Follower`), after the predicted first page.
     """
     source = provider.connection
     origin = f"{provider.path}: backup"
@@ -96,7 +99,7 @@ def stream_snapshot(
                 page_size = int(source.execute("PRAGMA page_size").fetchone()[0])
                 page_count = int(source.execute("PRAGMA page_count").fetchone()[0])
                 first = predict_first_page(provider.path, page_size, page_count)
-                follower = Follower(os.dup(reader.fileno()), page_size, done, abort)
+                follower = Follower(os.dup(reader.fileno()), page_size, done, abort, mapped=mapped)
                 chunks = _prepend(first, iter(follower))
                 worker = Worker(lambda: consume(chunks))
                 try:
@@ -162,12 +165,27 @@ class Follower:
     ``fd`` (on the consuming thread: the last close of a deleted copy frees
     its pages there). Only bytes below the file's current size are read: the
     kernel raises the size after the written bytes are in place.
+
+    By default the chunks are views of one buffer, read into over and over
+    (valid until the next one). With ``mapped``, each chunk is a read-only
+    memory map of that part of the file, valid for as long as it is held,
+    and of ``mapped`` bytes, the first ending at that multiple of the file:
+    no copy at all, for a consumer that keeps chunks (a compression pool).
     """
 
-    def __init__(self, fd: int, start: int, done: threading.Event, abort: threading.Event):
+    def __init__(
+        self,
+        fd: int,
+        start: int,
+        done: threading.Event,
+        abort: threading.Event,
+        *,
+        mapped: int | None = None,
+    ) -> None:
         self._fd: int | None = fd
         self._start = start
         self._done, self._abort = done, abort
+        self._mapped = mapped
 
     def close(self) -> None:
         fd, self._fd = self._fd, None
@@ -178,8 +196,8 @@ class Follower:
         fd = self._fd
         if fd is None:
             raise ValueError("the follower is closed")
-        buffer = bytearray(CHUNK)
-        view = memoryview(buffer)
+        read = self._map if self._mapped else self._reader()
+        step = self._mapped or CHUNK
         position = self._start
         try:
             while True:
@@ -187,17 +205,38 @@ class Follower:
                     raise _Aborted
                 finished = self._done.is_set()
                 size = os.fstat(fd).st_size
-                while size - position >= CHUNK or (finished and position < size):
-                    count = os.preadv(fd, [view[: min(CHUNK, size - position)]], position)
-                    if count <= 0:
-                        break
-                    yield view[:count]
-                    position += count
+                while True:
+                    end = min(size, (position // step + 1) * step)
+                    if end == position or (end < (position // step + 1) * step and not finished):
+                        break  # nothing more, or a part chunk while the copy goes on
+                    chunk = read(fd, position, end - position)
+                    yield chunk
+                    position += len(chunk)
                 if finished:
                     return
                 self._done.wait(FOLLOW_POLL)
         finally:
             self.close()
+
+    @staticmethod
+    def _reader() -> Callable[[int, int, int], memoryview]:
+        view = memoryview(bytearray(CHUNK))
+
+        def read(fd: int, position: int, length: int) -> memoryview:
+            count = os.preadv(fd, [view[:length]], position)
+            if count <= 0:
+                raise OSError(f"the copy ends early at byte {position}")
+            return view[:count]
+
+        return read
+
+    @staticmethod
+    def _map(fd: int, position: int, length: int) -> memoryview:
+        import mmap
+
+        base = position - position % mmap.ALLOCATIONGRANULARITY
+        mapping = mmap.mmap(fd, length + position - base, offset=base, access=mmap.ACCESS_READ)
+        return memoryview(mapping)[position - base :]
 
 
 def read_chunks(handle: object) -> Iterator[bytes]:
