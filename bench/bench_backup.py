@@ -10,6 +10,9 @@ rounds each, medians:
 - ``backup create`` (zstd level 1, threads): target <= 1.6x the time of the
   uncompressed create; the compression ratio;
 - ``backup verify`` of the zstd archive: target <= 2x the time of its create;
+- for reference, the compression alone: the same zstd frames of the same
+  file from the page cache, as a process, with no snapshot (what a zstd
+  create could at best cost on these cores);
 - then ``backup create`` while a second process inserts a row every 10 ms with
   NO busy timeout (as the gateway): its failures (target 0) and worst wait.
 
@@ -77,6 +80,26 @@ def create(db: Path, out: Path, compression: str) -> tuple[float, Path, dict[str
     return seconds, out / str(document["name"]), manifest
 
 
+COMPRESS_ALONE = """
+import sys, time
+from triggerfish_cli.backup_archive import HashingWriter, compress_stream
+from triggerfish_cli.backup_snapshot import read_chunks
+class Null:
+    def write(self, data): return len(data)
+    def flush(self): pass
+with open(sys.argv[1], "rb") as handle:
+    compress_stream(read_chunks(handle), HashingWriter(Null()), "zstd", threads=int(sys.argv[2]))
+"""
+
+
+def compress_alone(db: Path) -> float:
+    """The zstd frames of the file alone, as a process (startup included, as for create)."""
+    threads = str(min(4, os.cpu_count() or 1))
+    began = time.perf_counter()
+    subprocess.run([sys.executable, "-c", COMPRESS_ALONE, str(db), threads], check=True)
+    return time.perf_counter() - began
+
+
 def main() -> None:
     runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
     db = scratch_copy(store(), "backup-bench.db")
@@ -86,7 +109,7 @@ def main() -> None:
     size = db.stat().st_size
     print(f"# store {db.name}: {size / 2**20:.0f} MiB, {runs} runs each, medians")
     db.read_bytes()  # warm the page cache
-    cp, cp_sync, plain, zstd, verify, ratios = [], [], [], [], [], []
+    cp, cp_sync, plain, zstd, verify, ratios, alone = [], [], [], [], [], [], []
     for _ in range(runs):
         target = out / "copy.db"
         began = time.perf_counter()
@@ -108,6 +131,7 @@ def main() -> None:
         ratios.append(int(str(manifest["content_bytes"])) / int(str(manifest["payload_bytes"])))
         seconds, _ = cli(db, "verify", str(archive), "--scratch", str(out), "-f", "json")
         verify.append(seconds)
+        alone.append(compress_alone(db))
         for leftover in out.iterdir():
             leftover.unlink()
     mib = size / 2**20
@@ -116,6 +140,10 @@ def main() -> None:
     print(f"create -c none           {median(plain):7.2f} s  {mib / median(plain):7.0f} MiB/s")
     print(f"create (zstd)            {median(zstd):7.2f} s  ratio {median(ratios):.2f}:1")
     print(f"verify (zstd archive)    {median(verify):7.2f} s")
+    print(
+        f"zstd alone (no snapshot) {median(alone):7.2f} s  "
+        f"(zstd create is {median(zstd) / median(alone):.2f}x of it)"
+    )
     ok = report("uncompressed create throughput vs cp", cp, plain, 0.3, lower_is_better=False)
     report(
         "  (reference: vs cp + fsync, as create syncs)", cp_sync, plain, 0.3, lower_is_better=False
