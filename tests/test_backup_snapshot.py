@@ -11,6 +11,7 @@ import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import zstandard
@@ -70,6 +71,15 @@ def _new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread not in before]
 
 
+def _stream(db: Path, target: Path, consume: Any, **options: Any) -> tuple[Any, Any]:
+    """``stream_snapshot`` of the store at ``db`` through a provider of its own."""
+    provider = SqliteStorage(db)
+    try:
+        return backup_snapshot.stream_snapshot(provider, target, consume, **options)
+    finally:
+        provider.close()
+
+
 def _collect(chunks: Iterator[bytes | memoryview]) -> bytes:
     return b"".join(bytes(chunk) for chunk in chunks)
 
@@ -95,19 +105,13 @@ def test_the_streamed_bytes_are_the_finished_copy(
     page_size = 4096
     wal_page = backup_snapshot._wal_first_page(Path(f"{gateway_db}-wal"), page_size)
     assert (wal_page is not None) == in_wal  # the case under test is really there
-    provider = SqliteStorage(gateway_db)
     calls: list[int] = []
 
     def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
         calls.append(threading.get_ident())
         return _collect(chunks)
 
-    try:
-        streamed, snapshot = backup_snapshot.stream_snapshot(
-            provider, tmp_path / "copy.db", consume
-        )
-    finally:
-        provider.close()
+    streamed, snapshot = _stream(gateway_db, tmp_path / "copy.db", consume)
     copy = (tmp_path / "copy.db").read_bytes()
     assert snapshot.streamed and len(calls) == 1
     assert calls[0] != threading.get_ident()  # it ran beside the copy, on a thread
@@ -126,7 +130,6 @@ def test_mapped_chunks_stay_valid_while_held_and_the_copy_can_go(
     before = set(threading.enumerate())
     gateway_db = gateway_open
     _grow(gateway_db, 3000, checkpoint=False)
-    provider = SqliteStorage(gateway_db)
     target = tmp_path / "copy.db"
     frame = 64 << 10
     final: list[bytes] = []
@@ -135,16 +138,8 @@ def test_mapped_chunks_stay_valid_while_held_and_the_copy_can_go(
         final.append(target.read_bytes())
         target.unlink()  # what a scratch copy does: its readers keep it alive
 
-    try:
-        chunks, snapshot = backup_snapshot.stream_snapshot(
-            provider,
-            target,
-            list,  # keeps every chunk, as a pool holds frames
-            on_copied=copied,
-            mapped=frame,
-        )
-    finally:
-        provider.close()
+    # ``list`` keeps every chunk, as the compression pool holds frames
+    chunks, snapshot = _stream(gateway_db, target, list, on_copied=copied, mapped=frame)
     assert snapshot.streamed and not target.exists()
     sizes = [len(chunk) for chunk in chunks]
     assert sizes[0] == 4096 and sizes[1] == frame - 4096  # page 1, then up to a frame
@@ -160,19 +155,13 @@ def test_a_wrong_first_page_guess_streams_again_from_the_finished_copy(
     monkeypatch.setattr(
         backup_snapshot, "predict_first_page", lambda path, size, count: b"\x00" * size
     )
-    provider = SqliteStorage(gateway_db)
     results: list[bytes] = []
 
     def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
         results.append(_collect(chunks))
         return results[-1]
 
-    try:
-        streamed, snapshot = backup_snapshot.stream_snapshot(
-            provider, tmp_path / "copy.db", consume
-        )
-    finally:
-        provider.close()
+    streamed, snapshot = _stream(gateway_db, tmp_path / "copy.db", consume)
     copy = (tmp_path / "copy.db").read_bytes()
     assert not snapshot.streamed and len(results) == 2
     assert results[0][:4096] == b"\x00" * 4096  # the first attempt used the guess...
