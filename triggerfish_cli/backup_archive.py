@@ -430,8 +430,10 @@ class ZstdFrames:
 
 def decompress_chunks(
     source: LimitedHashingReader, compression: str, frames: list[int] | None = None
-) -> Iterator[bytes]:
+) -> Iterator[bytes | memoryview]:
     """The decompressed payload, chunk by chunk. Corrupt data raises VerificationError.
+
+    A chunk is only valid until the next one is asked for.
 
     ``frames`` (zstd): the compressed size of each frame; they are then
     decompressed in parallel, in order.
@@ -478,34 +480,62 @@ def decompress_chunks(
             yield data
 
 
-def _zstd_frames(source: LimitedHashingReader, sizes: list[int]) -> Iterator[bytes]:
-    """Each frame of ``sizes`` read in turn (hashed), decompressed on a pool, in order."""
+def _zstd_frames(source: LimitedHashingReader, sizes: list[int]) -> Iterator[memoryview]:
+    """Each frame of ``sizes`` read in turn (hashed), decompressed on a pool, in order.
+
+    Frames are decompressed into a few buffers used over and over (a chunk
+    is valid until the next is asked for): fresh 8 MiB outputs would cost a
+    page fault per 4 KiB.
+    """
     import zstandard
 
     local = threading.local()
+    free: list[bytearray] = []
 
-    def decompress(data: bytes) -> bytes:
+    def decompress(data: bytes, buffer: bytearray) -> tuple[bytearray, int]:
         context = getattr(local, "context", None)
         if context is None:
             context = local.context = zstandard.ZstdDecompressor()
         try:
-            return bytes(context.decompress(data, allow_extra_data=False))
+            size = zstandard.frame_content_size(data)
+            if size < 0:  # not in the header: let zstd size it
+                out = context.decompress(data, allow_extra_data=False)
+                return bytearray(out), len(out)
+            if len(buffer) < size:
+                buffer = bytearray(size)
+            view = memoryview(buffer)
+            filled = 0
+            with context.stream_reader(data, read_across_frames=False) as reader:
+                while filled < size:
+                    count = reader.readinto(view[filled:size])
+                    if not count:
+                        break
+                    filled += count
+                if filled != size or reader.read(1):  # short, or more after it
+                    raise VerificationError(
+                        f"zstd: a frame holds other than the {size} bytes its header says"
+                    )
+            return buffer, filled
         except zstandard.ZstdError as exc:
             raise VerificationError(f"zstd: {exc}") from None
 
     threads = min(4, os.cpu_count() or 1)
-    pending: collections.deque[Future[bytes]] = collections.deque()
+    pending: collections.deque[Future[tuple[bytearray, int]]] = collections.deque()
     with ThreadPoolExecutor(threads, thread_name_prefix="backup-unzstd") as pool:
         try:
             for size in sizes:
                 data = source.read(size)
                 if len(data) != size:
                     raise VerificationError("zstd: the payload ends inside a frame")
-                pending.append(pool.submit(decompress, data))
+                pending.append(pool.submit(decompress, data, free.pop() if free else bytearray()))
                 while pending and (pending[0].done() or len(pending) > 2 * threads):
-                    yield pending.popleft().result()
+                    buffer, count = pending.popleft().result()
+                    yield memoryview(buffer)[:count]
+                    free.append(buffer)
             while pending:
-                yield pending.popleft().result()
+                buffer, count = pending.popleft().result()
+                yield memoryview(buffer)[:count]
+                free.append(buffer)
         finally:
             for future in pending:
                 future.cancel()

@@ -118,7 +118,7 @@ def _checksum_failure(manifest: Manifest, reader: LimitedHashingReader) -> str:
     )
 
 
-def _write_snapshot(chunks: Iterator[bytes], snapshot: Path, durable: bool) -> int:
+def _write_snapshot(chunks: Iterator[bytes | memoryview], snapshot: Path, durable: bool) -> int:
     import os
 
     size = 0
@@ -133,7 +133,7 @@ def _write_snapshot(chunks: Iterator[bytes], snapshot: Path, durable: bool) -> i
     return size
 
 
-def _read_lines(chunks: Iterator[bytes]) -> tuple[int, Counts]:
+def _read_lines(chunks: Iterator[bytes | memoryview]) -> tuple[int, Counts]:
     counter = KeyCounter()
     size = 0
     previous: str | None = None
@@ -151,7 +151,7 @@ def raise_line(number: int, what: str) -> None:
     raise VerificationError(f"line {number}: {what}")
 
 
-def iter_lines(chunks: Iterator[bytes]) -> Iterator[tuple[str, str, int, int]]:
+def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str, int, int]]:
     """``(key, value, line number, bytes so far)`` of a logical payload."""
     decode = json.JSONDecoder().decode
     pending = b""
