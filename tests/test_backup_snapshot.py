@@ -15,6 +15,8 @@ from typing import Any
 
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import CliFn
 from triggerfish_cli import backup_snapshot
@@ -27,7 +29,7 @@ from triggerfish_cli.backup_archive import (
     decompress_chunks,
     read_manifest,
 )
-from triggerfish_cli.backup_create import count_rows, memory_level
+from triggerfish_cli.backup_create import KeyCounter, count_rows, memory_level
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError, VerificationError
 from triggerfish_cli.memory import split_key
 from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -383,3 +385,26 @@ def test_counts_of_a_store_with_odd_memory_keys(tmp_path: Path) -> None:
     assert counts.memories == {"PUBLIC": 2, "INTERNAL": 1}
     assert counts.keys == len(ODD_KEYS) and sum(counts.namespaces.values()) == len(ODD_KEYS)
     assert os.path.exists(tmp_path / "odd.db")
+
+
+SEGMENTS = ["memory", "a", "ab", "a-b", "", "PUBLIC", "INTERNAL", "RESTRICTED", "SECRET", ";", "x"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.sets(
+        st.lists(st.sampled_from(SEGMENTS), min_size=1, max_size=5).map(":".join),
+        max_size=40,
+    )
+)
+def test_the_snapshot_counts_match_a_key_by_key_count(keys: set[str]) -> None:
+    """Range counts over the key index (a physical backup) and the count of a logical one
+    (key by key) agree on any set of keys, however odd."""
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.executemany("INSERT INTO kv VALUES (?, '{}')", [(key,) for key in keys])
+    counter = KeyCounter()
+    for key in sorted(keys):
+        counter.add(key)
+    assert count_rows(conn) == counter.counts()
+    conn.close()

@@ -84,13 +84,35 @@ def count_rows(conn: sqlite3.Connection) -> Counts:
         ).fetchall()
         for group, count in rows:
             found[group] = found.get(group, 0) + int(count)
-    where, params = _range_clause(MEMORY_PREFIX)
+    return Counts(sum(found.values()), found, memory_levels(conn))
+
+
+def memory_levels(conn: sqlite3.Connection) -> dict[str, int]:
+    """Memory records per level: ``memory:<agent>:<LEVEL>:<key>`` (``memory.split_key``).
+
+    One range count per agent and level, the agents found by skipping from
+    one to the next in the key index: a few queries, however many memories.
+    """
     levels: Counter[str] = Counter()
-    for (key,) in conn.execute(f"SELECT key FROM kv WHERE {where}", params):
-        level = memory_level(key)
-        if level is not None:
-            levels[level] += 1
-    return Counts(sum(found.values()), found, dict(levels))
+    end = MEMORY_PREFIX[:-1] + chr(ord(MEMORY_PREFIX[-1]) + 1)
+    after = MEMORY_PREFIX
+    while True:
+        row = conn.execute(
+            "SELECT key FROM kv WHERE key > ? AND key < ? ORDER BY key LIMIT 1", (after, end)
+        ).fetchone()
+        if row is None:
+            break
+        key = str(row[0])
+        agent, colon, _ = key[len(MEMORY_PREFIX) :].partition(":")
+        base = f"{MEMORY_PREFIX}{agent}:"
+        if agent and colon:
+            for level in LEVELS_BY_NAME:
+                where, params = _range_clause(f"{base}{level}:")
+                query = f"SELECT count(*) FROM kv WHERE {where}"
+                levels[level] += int(conn.execute(query, params).fetchone()[0])
+        # past every key of this agent (';' follows ':'), or past this odd key
+        after = base[:-1] + ";" if colon else key
+    return {level: count for level, count in levels.items() if count}
 
 
 def memory_level(key: str) -> str | None:
