@@ -18,8 +18,8 @@ Page 1 is therefore *predicted*: the snapshot's own page 1 (from the
 database file, or its newest committed frame in the WAL) with the header
 fields a fresh copy gets. The snapshot is pinned with a read transaction
 held from before the prediction until the copy is done. When the finished
-copy's page 1 is not the predicted one (a write landed between the two, an
-other SQLite version), the stream is taken again from the finished file:
+copy's page 1 is not the predicted one (a write landed between the two,
+another SQLite version), the stream is taken again from the finished file:
 slower, never wrong.
 """
 
@@ -261,7 +261,8 @@ def predict_first_page(path: Path, page_size: int, page_count: int) -> bytes:
         with path.open("rb") as handle:
             page = bytearray(handle.read(page_size))
         page[len(page) :] = bytes(page_size - len(page))
-        framed = _wal_first_page(Path(f"{path}-wal"), page_size)
+        # SQLite keeps the WAL beside the real file, not beside a symlink to it
+        framed = _wal_first_page(Path(f"{os.path.realpath(path)}-wal"), page_size)
         if framed is not None:
             page[:] = framed
     except OSError:
