@@ -477,20 +477,61 @@ class S3Storage(BaseStorage):
             after_batch(len(existing), pause, on_batch)
         return deleted
 
-    def _delete_if(self, item: tuple[str, str]) -> bool:
-        key, expected = item
+    def _if_unchanged(
+        self, key: str, expected: str, what: str, act: Callable[[str, str], object]
+    ) -> bool:
+        """Read the object's value and ETag; when the value is ``expected``, run
+        ``act(name, etag)`` (a request with ``If-Match: etag``). False when the
+        value differs, or the object was deleted or rewritten meanwhile."""
         name = self.codec.name(key)
         found = self._read(name)
         if found is None or self._value(key, name, found[0]) != expected:
             return False
         try:
-            with self.errors("delete"):
-                self.client.delete_object(
-                    Bucket=self.bucket, Key=self._object(name), IfMatch=found[1]
-                )
+            with self.errors(what):
+                act(name, found[1])
         except (NotFoundError, _PreconditionFailed):
             return False  # deleted or rewritten meanwhile: whoever wrote it wins
         return True
+
+    def _delete_if(self, item: tuple[str, str]) -> bool:
+        key, expected = item
+        return self._if_unchanged(
+            key,
+            expected,
+            "delete",
+            lambda name, etag: self.client.delete_object(
+                Bucket=self.bucket, Key=self._object(name), IfMatch=etag
+            ),
+        )
+
+    def _replace_if(self, item: tuple[str, str, str]) -> bool:
+        key, expected, new = item
+        return self._if_unchanged(
+            key,
+            expected,
+            "set",
+            lambda name, etag: self.client.put_object(
+                Bucket=self.bucket, Key=self._object(name), Body=self._body(key, new), IfMatch=etag
+            ),
+        )
+
+    def _each_batch(
+        self,
+        items: Iterable[Any],
+        work: Callable[[Any], bool],
+        batch_size: int,
+        pause: float,
+        on_batch: BatchCallback | None,
+    ) -> int:
+        """``work`` on every item, a batch at a time on the thread pool; how many did."""
+        self._check_writable()
+        total = 0
+        for batch in batched(items, batch_size):
+            done = sum(self._map(work, batch))
+            total += done
+            after_batch(done, pause, on_batch)
+        return total
 
     def delete_if_unchanged(
         self,
@@ -500,32 +541,8 @@ class S3Storage(BaseStorage):
         pause: float = 0.0,
         on_batch: BatchCallback | None = None,
     ) -> int:
-
-        self._check_writable()
-        deleted = 0
-        for batch in batched(items, batch_size):
-            done = sum(self._map(self._delete_if, batch))
-            deleted += done
-            after_batch(done, pause, on_batch)
-        return deleted
-
-    def _replace_if(self, item: tuple[str, str, str]) -> bool:
-        key, expected, new = item
-        name = self.codec.name(key)
-        found = self._read(name)
-        if found is None or self._value(key, name, found[0]) != expected:
-            return False
-        try:
-            with self.errors("set"):
-                self.client.put_object(
-                    Bucket=self.bucket,
-                    Key=self._object(name),
-                    Body=self._body(key, new),
-                    IfMatch=found[1],
-                )
-        except (NotFoundError, _PreconditionFailed):
-            return False  # deleted or rewritten meanwhile: whoever wrote it wins
-        return True
+        """Delete per object with ``If-Match`` on the ETag read with the value."""
+        return self._each_batch(items, self._delete_if, batch_size, pause, on_batch)
 
     def replace_if_unchanged(
         self,
@@ -540,14 +557,7 @@ class S3Storage(BaseStorage):
         A record rewritten between the read and the put is kept (412), and a
         deleted one is not re-created (the put needs an existing ETag).
         """
-
-        self._check_writable()
-        replaced = 0
-        for batch in batched(items, batch_size):
-            done = sum(self._map(self._replace_if, batch))
-            replaced += done
-            after_batch(done, pause, on_batch)
-        return replaced
+        return self._each_batch(items, self._replace_if, batch_size, pause, on_batch)
 
     def _any_key(self, probe: tuple[str, str | None]) -> bool:
         prefix, after = probe
