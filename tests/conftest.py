@@ -6,6 +6,7 @@ import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -95,6 +96,22 @@ class StoreHandle:
 
     def open(self) -> object:
         return self.opener()
+
+    def seed(self, rows: dict[str, str]) -> None:
+        """Write ``rows`` straight through the backend (as the gateway would)."""
+        provider: Any = self.open()
+        try:
+            provider.set_many(rows.items())
+        finally:
+            provider.close()
+
+    def contents(self) -> dict[str, str]:
+        """Every key and value the backend holds."""
+        provider: Any = self.open()
+        try:
+            return dict(provider.scan())
+        finally:
+            provider.close()
 
 
 def _sqlite_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:

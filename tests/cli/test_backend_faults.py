@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from tests.cli.test_retention_backends import contents
 from tests.conftest import CliFn, StoreHandle
 from tests.helpers.records import conv
 from tests.helpers.services import Postgres
@@ -108,7 +107,7 @@ def test_connection_dropped_mid_sweep_is_exit_7_and_a_rerun_finishes(
     assert failed.exit_code == 7, failed.stderr
     assert "connection to PostgreSQL lost" in failed.stderr and "Traceback" not in failed.stderr
     assert len([line for line in failed.stderr.splitlines() if line.startswith("error:")]) == 1
-    left = {k: v for k, v in contents(store).items() if not k.startswith("audit:")}
+    left = {k: v for k, v in store.contents().items() if not k.startswith("audit:")}
     # Whole batches were deleted, the rest is exactly as it was.
     assert set(left) <= set(rows) and left == {k: rows[k] for k in left}
     gone = sorted(set(rows) - set(left))
@@ -118,6 +117,6 @@ def test_connection_dropped_mid_sweep_is_exit_7_and_a_rerun_finishes(
     finished = cli(*store.args, "retention", "sweep", "--yes", "--as-of", AS_OF, "-f", "json")
     assert finished.exit_code == 0, finished.stderr
     assert finished.json()["deleted"] == 200  # type: ignore[index]
-    assert {k: v for k, v in contents(store).items() if not k.startswith("audit:")} == {
+    assert {k: v for k, v in store.contents().items() if not k.startswith("audit:")} == {
         "keep:me": "1"
     }

@@ -22,19 +22,8 @@ ROWS = {**GATEWAY_ROWS, **TRICKY}
 
 
 def contents(store: StoreHandle) -> dict[str, str]:
-    provider: Any = store.open()
-    try:
-        return {k: v for k, v in provider.scan() if ":admin_backup_" not in k}
-    finally:
-        provider.close()
-
-
-def fill(store: StoreHandle, rows: dict[str, str]) -> None:
-    provider: Any = store.open()
-    try:
-        provider.set_many(rows.items())
-    finally:
-        provider.close()
+    """The store's rows without the audit records of our backups and restores."""
+    return {k: v for k, v in store.contents().items() if ":admin_backup_" not in k}
 
 
 def create(cli: CliFn, store: StoreHandle, *args: str) -> tuple[Path, dict[str, Any]]:
@@ -53,7 +42,7 @@ def rows() -> dict[str, str]:
 def test_logical_backup_of_every_backend_restores_into_an_empty_store(
     cli: CliFn, store: StoreHandle, tmp_path: Path, rows: dict[str, str]
 ) -> None:
-    fill(store, rows)
+    store.seed(rows)
     archive, manifest = create(cli, store, "--to", str(tmp_path / "backups"))
     assert manifest["kind"] == ("physical" if store.backend == "sqlite" else "logical")
     archive, manifest = create(cli, store, "--logical", "--to", str(tmp_path / "backups"))
@@ -87,7 +76,7 @@ def test_logical_backup_of_every_backend_restores_into_an_empty_store(
 def test_logical_restore_into_a_non_empty_store_needs_replace_or_merge(
     cli: CliFn, store: StoreHandle, tmp_path: Path, rows: dict[str, str]
 ) -> None:
-    fill(store, rows)
+    store.seed(rows)
     archive, _ = create(cli, store, "--logical", "--to", str(tmp_path / "b"))
     provider: Any = store.open()
     provider.set("extra:key", "1")
@@ -126,7 +115,7 @@ def test_logical_restore_into_a_non_empty_store_needs_replace_or_merge(
 def test_a_damaged_logical_backup_leaves_every_backend_untouched(
     cli: CliFn, store: StoreHandle, tmp_path: Path, rows: dict[str, str]
 ) -> None:
-    fill(store, rows)
+    store.seed(rows)
     archive, manifest = create(cli, store, "--logical", "-c", "gzip", "--to", str(tmp_path / "b"))
     data = bytearray(archive.read_bytes())
     data[manifest["payload_bytes"] - 20] ^= 0x55

@@ -102,25 +102,17 @@ def section_of(config: Path) -> str:
     return str(getattr(config, "section", ""))
 
 
-def contents(store: StoreHandle) -> dict[str, str]:
-    provider = store.open()
-    try:
-        return dict(provider.scan())  # type: ignore[attr-defined]
-    finally:
-        provider.close()  # type: ignore[attr-defined]
-
-
 def versions(store: StoreHandle) -> dict[int, dict[str, object]]:
     return {
         int(key.split(":v")[1]): json.loads(value)
-        for key, value in contents(store).items()
+        for key, value in store.contents().items()
         if key.startswith("config:v")
     }
 
 
 def assert_no_secrets(store: StoreHandle, *outputs: object) -> None:
     """No secret value anywhere in the store (every key and value) nor in what was printed."""
-    for key, value in contents(store).items():
+    for key, value in store.contents().items():
         for secret in SECRETS:
             assert secret not in key and secret not in value, key
     for output in outputs:
@@ -176,7 +168,7 @@ def test_snapshot_history_show(cli: CliFn, store: StoreHandle, config: Path) -> 
     assert "verbose" in cli(*store.args, "config", "show").stdout
     shown = cli(*store.args, "config", "show", "2", "-f", "json").json()
     assert shown["yaml"] == section + config.read_text() and shown["version"] == 2  # type: ignore[index]
-    audit = [json.loads(v) for k, v in contents(store).items() if k.startswith("audit:")]
+    audit = [json.loads(v) for k, v in store.contents().items() if k.startswith("audit:")]
     assert [a["hook"] for a in audit] == ["admin_config_snapshot"] * 2
     assert all("yaml" not in a for a in audit)
 
@@ -214,10 +206,10 @@ def test_eleventh_version_removes_the_oldest_and_numbering_continues(
     dry = cli(*store.args, "config", "snapshot", "--dry-run", "-f", "json")
     assert dry.json()["unchanged"] is True and dry.json()["version"] == 12  # type: ignore[index]
     config.write_text(BASE_CONFIG + "# edit 12\n")
-    before = contents(store)
+    before = store.contents()
     planned = cli(*store.args, "config", "snapshot", "--dry-run", "-f", "json").json()
     assert planned["version"] == 13 and planned["evicted"] == [3] and planned["dry_run"]  # type: ignore[index]
-    assert contents(store) == before
+    assert store.contents() == before
 
 
 # -- diff ---------------------------------------------------------------------------------
@@ -311,7 +303,7 @@ def test_rollback_round_trips_byte_for_byte_and_keeps_the_mode(
     assert "back to v2" in again.stdout
     assert config.read_bytes() == BASE_CONFIG.encode("utf-8")
     assert sorted(versions(store)) == [1, 2, 3, 4]  # already a version: no extra snapshot
-    hooks = [json.loads(v)["hook"] for k, v in contents(store).items() if k.startswith("audit:")]
+    hooks = [json.loads(v)["hook"] for k, v in store.contents().items() if k.startswith("audit:")]
     assert (
         hooks == ["admin_config_snapshot", "admin_config_snapshot"] + ["admin_config_rollback"] * 2
     )
@@ -361,11 +353,11 @@ def test_rollback_dry_run_touches_nothing(
 ) -> None:
     ok(cli(*store.args, "config", "snapshot"))
     config.write_text(BASE_CONFIG + "# changed\n")
-    before = contents(store)
+    before = store.contents()
     result = cli(*store.args, "config", "rollback", "1", "--dry-run")
     assert result.exit_code == 0, result.stderr
     assert "-# changed" in result.stdout and "would snapshot" in result.stdout
-    assert contents(store) == before
+    assert store.contents() == before
     assert config.read_text() == BASE_CONFIG + "# changed\n"
 
 
@@ -425,11 +417,11 @@ def test_invalid_yaml_is_never_written(
     assert "invalid YAML" in broken.stderr and "rollback to it will be refused" in broken.stderr
     config.write_text(BASE_CONFIG)
     ok(cli(*store.args, "config", "snapshot"))
-    before = contents(store)
+    before = store.contents()
     result = cli(*store.args, "config", "rollback", "1", "--yes")
     line = 3 + section_of(config).count("\n")
     assert result.exit_code == 8 and f"line {line}, column 1" in result.stderr
-    assert contents(store) == before
+    assert store.contents() == before
     _untouched(config, BASE_CONFIG)
 
 
@@ -661,7 +653,7 @@ def test_rollback_over_a_file_with_secrets_snapshots_it_redacted_and_keeps_a_cop
         and copies[0].stat().st_mode & 0o777 == 0o600
     )
     assert versions(store)[2]["redacted"] and versions(store)[3]["restoredFrom"] == 1
-    audit = [json.loads(v) for k, v in contents(store).items() if k.startswith("audit:")]
+    audit = [json.loads(v) for k, v in store.contents().items() if k.startswith("audit:")]
     assert audit[-1]["hook"] == "admin_config_rollback"
     assert audit[-1]["backupCopy"] == str(copies[0])
     assert audit[-2]["redacted"] == [

@@ -11,20 +11,6 @@ from tests.conftest import CliFn, StoreHandle
 from tests.helpers.gateway import GATEWAY_ROWS, SESSION_ID, dump_tables
 
 
-def seed(store: StoreHandle, rows: dict[str, str]) -> None:
-    provider = store.open()
-    provider.set_many(rows.items())  # type: ignore[attr-defined]
-    provider.close()  # type: ignore[attr-defined]
-
-
-def contents(store: StoreHandle) -> dict[str, str]:
-    provider = store.open()
-    try:
-        return dict(provider.scan())  # type: ignore[attr-defined]
-    finally:
-        provider.close()  # type: ignore[attr-defined]
-
-
 def without_audit(rows: dict[str, str]) -> dict[str, str]:
     return {k: v for k, v in rows.items() if not k.startswith("audit:")}
 
@@ -93,7 +79,7 @@ def test_namespaces_empty_store(cli: CliFn, store: StoreHandle) -> None:
 
 
 def test_list_prefix_exact(cli: CliFn, store: StoreHandle) -> None:
-    seed(store, {"a_b": "1", "aXb": "22", "A_b": "3", "a_c": "4", "é:1": "5"})
+    store.seed({"a_b": "1", "aXb": "22", "A_b": "3", "a_c": "4", "é:1": "5"})
     result = cli(*store.args, "kv", "list", "a_", "-f", "json")
     assert result.json() == [
         {"key": "a_b", "namespace": "", "bytes": 1},
@@ -122,7 +108,7 @@ def test_list_namespace(cli: CliFn, gateway_db: Path) -> None:
 
 def test_get_raw_and_pretty(cli: CliFn, store: StoreHandle) -> None:
     value = '{"b":1,"a":"日本"}'
-    seed(store, {"k": value, "bare": "CONFIDENTIAL"})
+    store.seed({"k": value, "bare": "CONFIDENTIAL"})
     assert cli(*store.args, "kv", "get", "k", "--raw").stdout == value
     assert cli(*store.args, "kv", "get", "k").stdout == value  # not a TTY: exact
     assert cli(*store.args, "kv", "get", "bare").stdout == "CONFIDENTIAL"
@@ -151,7 +137,7 @@ def test_set_from_argument_file_and_stdin(cli: CliFn, store: StoreHandle, tmp_pa
     assert cli(*store.args, "kv", "set", "b", "--file", str(file)).exit_code == 0
     assert cli(*store.args, "kv", "set", "c", input='["z"]\n').exit_code == 0
     assert cli(*store.args, "kv", "set", "d", "-", input="[1]").exit_code == 0
-    rows = contents(store)
+    rows = store.contents()
     assert without_audit(rows) == {"a": '{"x":1}', "b": '{"y": 2}', "c": '["z"]', "d": "[1]"}
     assert [r["action"] for r in audit_records(rows)] == ["kv_set"] * 4
 
@@ -160,9 +146,9 @@ def test_set_refuses_invalid_json_unless_raw(cli: CliFn, store: StoreHandle) -> 
     result = cli(*store.args, "kv", "set", "k", "not json")
     assert result.exit_code == 8
     assert "not valid JSON" in result.stderr and "--raw" in result.stderr
-    assert contents(store) == {}
+    assert store.contents() == {}
     assert cli(*store.args, "kv", "set", "k", "not json", "--raw").exit_code == 0
-    assert without_audit(contents(store)) == {"k": "not json"}
+    assert without_audit(store.contents()) == {"k": "not json"}
 
 
 def test_set_reports_json(cli: CliFn, store: StoreHandle) -> None:
@@ -173,7 +159,7 @@ def test_set_reports_json(cli: CliFn, store: StoreHandle) -> None:
 
 def test_audit_record_shape(cli: CliFn, store: StoreHandle) -> None:
     cli(*store.args, "kv", "set", "sessions:x", "{}")
-    rows = contents(store)
+    rows = store.contents()
     [(key, value)] = [(k, v) for k, v in rows.items() if k.startswith("audit:")]
     assert key.endswith(":admin_kv_set")
     record = json.loads(value)
@@ -188,14 +174,14 @@ def test_audit_record_shape(cli: CliFn, store: StoreHandle) -> None:
 
 
 def test_delete_one_key_needs_yes_off_a_tty(cli: CliFn, store: StoreHandle) -> None:
-    seed(store, {"a": "1", "b": "2"})
+    store.seed({"a": "1", "b": "2"})
     refused = cli(*store.args, "kv", "delete", "a")
     assert refused.exit_code == 4 and "--yes" in refused.stderr
-    assert contents(store) == {"a": "1", "b": "2"}
+    assert store.contents() == {"a": "1", "b": "2"}
     dry = cli(*store.args, "kv", "delete", "a", "--dry-run", "-f", "json")
-    assert dry.json()["deleted"] == 0 and contents(store) == {"a": "1", "b": "2"}
+    assert dry.json()["deleted"] == 0 and store.contents() == {"a": "1", "b": "2"}
     assert cli(*store.args, "kv", "delete", "a", "--yes").exit_code == 0
-    rows = contents(store)
+    rows = store.contents()
     assert without_audit(rows) == {"b": "2"}
     assert audit_records(rows)[0]["action"] == "kv_delete"
     assert cli(*store.args, "kv", "delete", "a", "--yes").exit_code == 3
@@ -257,18 +243,18 @@ def test_delete_prefix_rests_between_transactions(
 
 
 def test_delete_prefix_is_literal(cli: CliFn, store: StoreHandle) -> None:
-    seed(store, {"a_1": "x", "ab1": "x", "A_1": "x"})
+    store.seed({"a_1": "x", "ab1": "x", "A_1": "x"})
     cli(*store.args, "kv", "delete", "--prefix", "a_", "--yes")
-    assert without_audit(contents(store)) == {"ab1": "x", "A_1": "x"}
+    assert without_audit(store.contents()) == {"ab1": "x", "A_1": "x"}
 
 
 def test_delete_refuses_empty_prefix_and_bad_usage(cli: CliFn, store: StoreHandle) -> None:
-    seed(store, {"a": "1"})
+    store.seed({"a": "1"})
     result = cli(*store.args, "kv", "delete", "--prefix", "", "--yes")
     assert result.exit_code == 4 and "kv clear" in result.stderr
     assert cli(*store.args, "kv", "delete", "--yes").exit_code == 2
     assert cli(*store.args, "kv", "delete", "a", "--prefix", "a", "--yes").exit_code == 2
-    assert contents(store) == {"a": "1"}
+    assert store.contents() == {"a": "1"}
 
 
 def test_delete_confirmation_on_a_tty(
@@ -276,25 +262,25 @@ def test_delete_confirmation_on_a_tty(
 ) -> None:
     from triggerfish_cli.cli import output
 
-    seed(store, {"a": "1"})
+    store.seed({"a": "1"})
     monkeypatch.setattr(output.Output, "stdin_is_tty", property(lambda self: True))
     no = cli(*store.args, "kv", "delete", "a", input="n\n")
-    assert no.exit_code == 4 and contents(store) == {"a": "1"}
+    assert no.exit_code == 4 and store.contents() == {"a": "1"}
     yes = cli(*store.args, "kv", "delete", "a", input="y\n")
-    assert yes.exit_code == 0 and without_audit(contents(store)) == {}
+    assert yes.exit_code == 0 and without_audit(store.contents()) == {}
 
 
 # -- clear -----------------------------------------------------------------------------
 
 
 def test_clear_needs_yes(cli: CliFn, store: StoreHandle) -> None:
-    seed(store, {"a": "1", "b": "2"})
+    store.seed({"a": "1", "b": "2"})
     assert cli(*store.args, "kv", "clear").exit_code == 4
     dry = cli(*store.args, "kv", "clear", "--dry-run", "-f", "json")
     assert dry.json()["matched"] == 2
-    assert contents(store) == {"a": "1", "b": "2"}
+    assert store.contents() == {"a": "1", "b": "2"}
     assert cli(*store.args, "kv", "clear", "--yes").exit_code == 0
-    rows = contents(store)
+    rows = store.contents()
     assert without_audit(rows) == {}
     assert audit_records(rows)[0]["counts"] == {"deleted": 2}
 
@@ -304,16 +290,16 @@ def test_clear_on_a_tty_asks_for_the_store_name(
 ) -> None:
     from triggerfish_cli.cli import output
 
-    seed(store, {"a": "1"})
+    store.seed({"a": "1"})
     monkeypatch.setattr(output.Output, "stdin_is_tty", property(lambda self: True))
     wrong = cli(*store.args, "kv", "clear", "--yes", input="yes\n")
-    assert wrong.exit_code == 4 and contents(store) == {"a": "1"}
+    assert wrong.exit_code == 4 and store.contents() == {"a": "1"}
     provider = store.open()
     name = provider.describe()  # type: ignore[attr-defined]
     provider.close()  # type: ignore[attr-defined]
     right = cli(*store.args, "kv", "clear", "--yes", input=f"{name}\n")
     assert right.exit_code == 0, right.stderr
-    assert without_audit(contents(store)) == {}
+    assert without_audit(store.contents()) == {}
 
 
 # -- export / import ---------------------------------------------------------------------
@@ -362,16 +348,16 @@ def test_export_prefix_and_output_file(cli: CliFn, gateway_db: Path, tmp_path: P
 def test_import_is_all_or_nothing(
     cli: CliFn, store: StoreHandle, bad_line: str, message: str
 ) -> None:
-    seed(store, {"existing": "1"})
+    store.seed({"existing": "1"})
     text = '{"key":"a","value":"1"}\n{"key":"existing","value":"2"}\n' + bad_line + "\n"
     result = cli(*store.args, "kv", "import", "-", input=text)
     assert result.exit_code == 8
     assert "line 3" in result.stderr and message in result.stderr
-    assert contents(store) == {"existing": "1"}
+    assert store.contents() == {"existing": "1"}
 
 
 def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Path) -> None:
-    seed(store, {"same": "1", "changed": "1"})
+    store.seed({"same": "1", "changed": "1"})
     file = tmp_path / "in.jsonl"
     file.write_text(
         '{"key":"same","value":"1"}\n\n{"key":"changed","value":"2"}\n{"key":"new","value":"3"}\n'
@@ -385,10 +371,10 @@ def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Pat
         "written": 0,
         "dry_run": True,
     }
-    assert contents(store) == {"same": "1", "changed": "1"}
+    assert store.contents() == {"same": "1", "changed": "1"}
     done = cli(*store.args, "kv", "import", str(file), "-f", "json")
     assert done.json()["written"] == 2
-    assert without_audit(contents(store)) == {"same": "1", "changed": "2", "new": "3"}
+    assert without_audit(store.contents()) == {"same": "1", "changed": "2", "new": "3"}
     missing = cli(*store.args, "kv", "import", str(tmp_path / "nope.jsonl"))
     assert missing.exit_code == 3
 

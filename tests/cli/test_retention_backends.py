@@ -15,38 +15,24 @@ from tests.helpers import lock_holder
 from tests.helpers.gateway import GATEWAY_ROWS
 
 
-def seed(store: StoreHandle) -> None:
-    provider = store.open()
-    provider.set_many(GATEWAY_ROWS.items())  # type: ignore[attr-defined]
-    provider.close()  # type: ignore[attr-defined]
-
-
-def contents(store: StoreHandle) -> dict[str, str]:
-    provider = store.open()
-    try:
-        return dict(provider.scan())  # type: ignore[attr-defined]
-    finally:
-        provider.close()  # type: ignore[attr-defined]
-
-
 def test_plan_and_sweep_give_the_same_results_on_every_backend(
     cli: CliFn, store: StoreHandle
 ) -> None:
-    seed(store)
+    store.seed(GATEWAY_ROWS)
     plan = cli(*store.args, "retention", "plan", "--as-of", AS_OF, "-f", "json")
     assert plan.exit_code == 0, plan.stderr
-    assert contents(store) == GATEWAY_ROWS  # a plan writes nothing
+    assert store.contents() == GATEWAY_ROWS  # a plan writes nothing
     refused = cli(*store.args, "retention", "sweep", "--as-of", AS_OF)
-    assert refused.exit_code == 4 and contents(store) == GATEWAY_ROWS
+    assert refused.exit_code == 4 and store.contents() == GATEWAY_ROWS
     dry = cli(*store.args, "retention", "sweep", "--dry-run", "--as-of", AS_OF, "-f", "json")
-    assert dry.exit_code == 0 and contents(store) == GATEWAY_ROWS
+    assert dry.exit_code == 0 and store.contents() == GATEWAY_ROWS
     result = cli(*store.args, "retention", "sweep", "--yes", "--as-of", AS_OF, "-f", "json")
     assert result.exit_code == 0, result.stderr
     summary = result.json()
     assert isinstance(summary, dict)
     assert (summary["planned"], summary["deleted"], summary["changed"]) == (8, 8, 0)
     assert summary["store"].startswith(f"{store.backend}:")
-    rows = contents(store)
+    rows = store.contents()
     audit = [key for key in rows if key.startswith("audit:")]
     assert audit == [summary["audit_key"]]
     assert {k: v for k, v in rows.items() if k not in audit} == {
@@ -59,7 +45,7 @@ def test_plan_and_sweep_give_the_same_results_on_every_backend(
 def test_a_sweep_while_another_process_holds_the_lock_is_exit_6_or_waits(
     cli: CliFn, store: StoreHandle
 ) -> None:
-    seed(store)
+    store.seed(GATEWAY_ROWS)
     holder = lock_holder.start(store.args, "retention-sweep")
     try:
         busy = cli(*store.args, "retention", "sweep", "--yes", "--as-of", AS_OF)
@@ -68,7 +54,7 @@ def test_a_sweep_while_another_process_holds_the_lock_is_exit_6_or_waits(
         assert len(busy.stderr.strip().splitlines()) <= 2  # the error and its hint
         waited = cli(*store.args, "retention", "sweep", "--yes", "--wait", "0.3", "--as-of", AS_OF)
         assert waited.exit_code == 6 and "after waiting 0.3 s" in waited.stderr
-        assert contents(store) == GATEWAY_ROWS
+        assert store.contents() == GATEWAY_ROWS
         threading.Timer(0.5, lock_holder.release, [holder]).start()
         ok = cli(
             *store.args, "retention", "sweep", "--yes", "--wait", "60", "--as-of", AS_OF,
