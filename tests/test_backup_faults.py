@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliFn
+from tests.helpers import writer as writer_process
 from tests.helpers.gateway import GATEWAY_ROWS
 from triggerfish_cli.backup_archive import is_archive_name
 
@@ -53,22 +54,8 @@ def _env(**extra: str) -> dict[str, str]:
 def writer(gateway_db: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """A second process inserting every few milliseconds until the stop file appears."""
     stop, out = tmp_path / "stop", tmp_path / "writer.json"
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "helpers" / "writer.py"),
-            str(gateway_db),
-            str(stop),
-            str(out),
-        ],
-        stdout=subprocess.PIPE,
-    )
-    assert process.stdout is not None and process.stdout.readline() == b"ready\n"
-    try:
+    with writer_process.running(gateway_db, stop, out) as process:
         yield process, stop
-    finally:
-        stop.touch()
-        process.wait(timeout=60)
 
 
 def test_a_backup_under_a_live_writer_restores_everything_committed_before_it(

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.helpers import writer as writer_process
 from tests.helpers.gateway import GATEWAY_ROWS, SESSION_ID, write_gateway_store
 from tests.helpers.records import (
     NOW,
@@ -356,27 +357,12 @@ def test_a_second_process_writing_during_a_sweep_loses_nothing(tmp_path: Path) -
     plan = read_plan(store, defaults(), ANCHOR)
     old = sorted(a.key.removeprefix("sessions:") for a in plan.namespaces["sessions:"].actions)
     stop, out = tmp_path / "stop", tmp_path / "writes.json"
-    writer = subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "tests" / "helpers" / "writer.py"),
-            str(db),
-            str(stop),
-            str(out),
-            *old[:40],
-        ],
-        stdout=subprocess.PIPE,
-    )
-    try:
-        assert writer.stdout is not None and writer.stdout.readline().strip() == b"ready"
+    with writer_process.running(db, stop, out, *old[:40]):
         time.sleep(0.2)
         plan = read_plan(store, defaults(), ANCHOR)  # read while the writer writes
         time.sleep(0.2)
         result = apply_plan(store, plan, pacing=Pacing(batch_size=25, pause=0.005))
         time.sleep(0.2)
-    finally:
-        stop.touch()
-        writer.wait(timeout=60)
     report = json.loads(out.read_text())
     assert report["errors"] == []
     assert report["count"] > 50  # it really wrote during the sweep

@@ -10,12 +10,30 @@ OUTFILE: ``{"writes": {key: last value written}, "errors": [...], "count": N}``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
+import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+
+
+@contextlib.contextmanager
+def running(db: Path, stop: Path, out: Path, *sessions: str) -> Iterator[subprocess.Popen[bytes]]:
+    """This writer in a process of its own, ready to write, for the block; then stopped."""
+    process = subprocess.Popen(
+        [sys.executable, __file__, str(db), str(stop), str(out), *sessions],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+        yield process
+    finally:
+        stop.touch()
+        process.wait(timeout=60)
 
 
 def now_iso() -> str:
