@@ -82,9 +82,8 @@ def stream_snapshot(
     ``mapped``: chunks are memory maps of that size, kept valid while held
     (see :class:`Follower`), after the predicted first page.
     """
-    source = provider.connection
     origin = f"{provider.path}: backup"
-    if source.in_transaction:
+    if provider.connection.in_transaction:
         raise RuntimeError("stream_snapshot: the source connection is in a transaction")
     done, abort = threading.Event(), threading.Event()
     worker: Worker | None = None
@@ -94,8 +93,7 @@ def stream_snapshot(
             copy = files.enter_context(contextlib.closing(_open_copy(target)))
             reader = files.enter_context(target.open("rb"))
             # A read transaction pins the snapshot from here until the copy is done.
-            source.execute("BEGIN")
-            try:
+            with provider.read_snapshot("backup") as source:
                 page_size = int(source.execute("PRAGMA page_size").fetchone()[0])
                 page_count = int(source.execute("PRAGMA page_count").fetchone()[0])
                 first = predict_first_page(provider.path, page_size, page_count)
@@ -106,8 +104,6 @@ def stream_snapshot(
                     source.backup(copy, pages=-1)
                 finally:
                     done.set()
-            finally:
-                source.execute("COMMIT")
             page_count = int(copy.execute("PRAGMA page_count").fetchone()[0])
             streamed = os.pread(reader.fileno(), page_size, 0) == first
             if not streamed:
@@ -122,8 +118,6 @@ def stream_snapshot(
                     worker.result()
                 reader.seek(0)
                 result = consume(read_chunks(reader))
-        # The gateway's checkpoints could not pass our snapshot: catch up now.
-        source.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
     except sqlite3.Error as exc:
         raise translate_error(exc, origin) from exc
     finally:

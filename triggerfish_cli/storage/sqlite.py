@@ -21,6 +21,7 @@ import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 from triggerfish_cli.errors import (
@@ -138,6 +139,39 @@ class SqliteStorage(BaseStorage):
         with self.errors(what):
             conn.execute("COMMIT")
 
+    @contextmanager
+    def read_snapshot(self, what: str = "read") -> Iterator[sqlite3.Connection]:
+        """One read transaction: every read inside sees the snapshot its first read took.
+
+        In WAL mode a reader never blocks the gateway's writes; it only keeps
+        a checkpoint from finishing past the snapshot until it ends, so a
+        PASSIVE checkpoint runs as soon as it ends (the gateway's next commit
+        does not inherit the backlog).
+        """
+        conn = self.connection
+        with self.errors(what):
+            conn.execute("BEGIN")
+        try:
+            yield conn
+        finally:
+            if conn.in_transaction:
+                conn.execute("COMMIT")
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+
+    def _fetch(
+        self, conn: sqlite3.Connection, sql: str, params: Sequence[str], batch_size: int
+    ) -> Iterator[tuple[Any, ...]]:
+        """The rows of one query, ``batch_size`` at a time."""
+        with self.errors("scan"):
+            cursor = conn.execute(sql, params)
+        while True:
+            with self.errors("scan"):
+                rows = cursor.fetchmany(batch_size)
+            if not rows:
+                return
+            yield from rows
+
     def tables(self) -> set[str]:
         with self.errors("read schema"):
             rows = self.connection.execute(
@@ -208,21 +242,8 @@ class SqliteStorage(BaseStorage):
 
     def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
         """Every key and value in key order from ONE read transaction (WAL: no writer waits)."""
-        conn = self.connection
-        with self.errors("scan"):
-            conn.execute("BEGIN")
-        try:
-            with self.errors("scan"):
-                cursor = conn.execute("SELECT key, value FROM kv ORDER BY key")
-            while True:
-                with self.errors("scan"):
-                    rows = cursor.fetchmany(batch_size)
-                if not rows:
-                    break
-                yield from rows
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
+        with self.read_snapshot("scan") as conn:
+            yield from self._fetch(conn, "SELECT key, value FROM kv ORDER BY key", (), batch_size)
 
     def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
         """Every key with its value exactly as stored (UTF-8 bytes, not decoded), key order."""
@@ -250,18 +271,13 @@ class SqliteStorage(BaseStorage):
         order, about twice as fast when most of the store is wanted. So when
         the prefixes hold at least a quarter of the keys (counted on the key
         index), one ``NOT INDEXED`` scan filters them; otherwise one range
-        query per prefix. Either way inside one read transaction: a
-        consistent snapshot. In WAL mode a reader never blocks the gateway's
-        writes; it only keeps a checkpoint from finishing past the snapshot
-        until it ends, so a PASSIVE checkpoint runs as soon as it ends.
+        query per prefix. Either way inside one read transaction
+        (:meth:`read_snapshot`): a consistent snapshot.
         """
         wanted = [prefix for prefix in prefixes if prefix]
         if not wanted:
             return
-        conn = self.connection
-        with self.errors("scan"):
-            conn.execute("BEGIN")
-        try:
+        with self.read_snapshot("scan") as conn:
             ranges = [_range_clause(prefix) for prefix in wanted]
             with self.errors("scan"):
                 count = sum(
@@ -278,21 +294,7 @@ class SqliteStorage(BaseStorage):
             else:
                 queries = [(f"SELECT key, value FROM kv WHERE {w}", p) for w, p in ranges]
             for sql, params in queries:
-                with self.errors("scan"):
-                    cursor = conn.execute(sql, params)
-                while True:
-                    with self.errors("scan"):
-                        rows = cursor.fetchmany(batch_size)
-                    if not rows:
-                        break
-                    yield from rows
-        finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-                # The gateway's checkpoints could not pass our snapshot: catch up
-                # now, so that its next commit does not inherit the backlog.
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                yield from self._fetch(conn, sql, params, batch_size)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}
