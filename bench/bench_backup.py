@@ -81,9 +81,8 @@ def create(db: Path, out: Path, compression: str) -> tuple[float, Path, dict[str
 
 
 COMPRESS_ALONE = """
-import sys, time
-from triggerfish_cli.backup_archive import HashingWriter, compress_stream
-from triggerfish_cli.backup_snapshot import read_chunks
+import sys
+from triggerfish_cli.backup_archive import HashingWriter, compress_stream, read_chunks
 class Null:
     def write(self, data): return len(data)
     def flush(self): pass

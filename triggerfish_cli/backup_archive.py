@@ -238,6 +238,15 @@ def read_manifest(path: Path) -> Manifest:
 # -- streams ------------------------------------------------------------------------
 
 
+def read_chunks(reader: Any, size: int = CHUNK) -> Iterator[bytes]:
+    """``reader.read(size)`` until it returns nothing."""
+    while True:
+        data = reader.read(size)
+        if not data:
+            return
+        yield data
+
+
 class HashingWriter:
     """A file-like sink that hashes and counts what passes through it."""
 
@@ -274,7 +283,7 @@ class LimitedHashingReader:
         return data
 
     def drain(self) -> None:
-        while self.read(CHUNK):
+        for _ in read_chunks(self):
             pass
 
 
@@ -448,20 +457,13 @@ def decompress_chunks(
             raw, read_size=CHUNK, read_across_frames=True
         )
         try:
-            while True:
-                data = reader.read(CHUNK)
-                if not data:
-                    return
-                yield data
+            yield from read_chunks(reader)
         except zstandard.ZstdError as exc:
             raise VerificationError(f"zstd: {exc}") from None
     elif compression == "gzip":
         inflate = zlib.decompressobj(31)
         try:
-            while True:
-                data = source.read(CHUNK)
-                if not data:
-                    break
+            for data in read_chunks(source):
                 out = inflate.decompress(data)
                 if out:
                     yield out
@@ -473,11 +475,7 @@ def decompress_chunks(
         if not inflate.eof:
             raise VerificationError("gzip: the compressed stream ends early")
     else:
-        while True:
-            data = source.read(CHUNK)
-            if not data:
-                return
-            yield data
+        yield from read_chunks(source)
 
 
 def _zstd_frames(source: LimitedHashingReader, sizes: list[int]) -> Iterator[memoryview]:

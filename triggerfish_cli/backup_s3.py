@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from triggerfish_cli.backup_archive import CHUNK, is_archive_name, read_manifest_tail
+from triggerfish_cli.backup_archive import is_archive_name, read_chunks, read_manifest_tail
 from triggerfish_cli.backup_dest import MARKER_SUFFIX, Entry, parse_marker, temp_dir
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, VerificationError
 
@@ -213,10 +213,7 @@ class S3Destination:
 def _sha256(path: Path) -> str:
     sha = hashlib.sha256()
     with path.open("rb") as handle:
-        while True:
-            data = handle.read(CHUNK)
-            if not data:
-                break
+        for data in read_chunks(handle):
             sha.update(data)
     return sha.hexdigest()
 
@@ -230,10 +227,7 @@ def _digests(path: Path, part_size: int) -> tuple[str, str]:
     parts: list[bytes] = []
     size = 0
     with path.open("rb") as handle:
-        while True:
-            data = handle.read(part_size)
-            if not data:
-                break
+        for data in read_chunks(handle, part_size):
             whole.update(data)
             parts.append(hashlib.sha256(data).digest())
             size += len(data)

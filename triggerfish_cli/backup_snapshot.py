@@ -35,12 +35,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from triggerfish_cli.backup_archive import CHUNK, read_chunks
 from triggerfish_cli.storage.sqlite import SqliteStorage, translate_error
 from triggerfish_cli.threads import Worker
 
 T = TypeVar("T")
 
-CHUNK = 1 << 20
 #: Pages SQLite keeps of the copy before writing them out: small, so the
 #: follower is never far behind the copy.
 COPY_CACHE_PAGES = 100
@@ -231,15 +231,6 @@ class Follower:
         base = position - position % mmap.ALLOCATIONGRANULARITY
         mapping = mmap.mmap(fd, length + position - base, offset=base, access=mmap.ACCESS_READ)
         return memoryview(mapping)[position - base :]
-
-
-def read_chunks(handle: object) -> Iterator[bytes]:
-    read = handle.read  # type: ignore[attr-defined]
-    while True:
-        data = read(CHUNK)
-        if not data:
-            return
-        yield data
 
 
 def predict_first_page(path: Path, page_size: int, page_count: int) -> bytes:
