@@ -46,8 +46,8 @@ from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
 from triggerfish_cli.storage.sqlite import (
     MMAP_SIZE,
     SqliteStorage,
-    _range_clause,
     gap_clause,
+    range_clause,
     translate_error,
 )
 
@@ -71,7 +71,7 @@ def count_rows(conn: sqlite3.Connection) -> Counts:
     """
     found: dict[str, int] = {}
     for prefix in namespaces.PREFIXES:
-        where, params = _range_clause(prefix)
+        where, params = range_clause(prefix)
         count = int(conn.execute(f"SELECT count(*) FROM kv WHERE {where}", params).fetchone()[0])
         if count:
             found[prefix] = count
@@ -107,7 +107,7 @@ def memory_levels(conn: sqlite3.Connection) -> dict[str, int]:
         base = f"{MEMORY_PREFIX}{agent}:"
         if agent and colon:
             for level in LEVELS_BY_NAME:
-                where, params = _range_clause(f"{base}{level}:")
+                where, params = range_clause(f"{base}{level}:")
                 query = f"SELECT count(*) FROM kv WHERE {where}"
                 levels[level] += int(conn.execute(query, params).fetchone()[0])
         # past every key of this agent (';' follows ':'), or past this odd key

@@ -59,7 +59,7 @@ def gap_clause(low: str | None, high: str | None) -> tuple[str, list[str]]:
     return key_ranges.between(low, high, mark="?", true="1")
 
 
-def _range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
+def range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
     """SQL condition and parameters selecting keys under ``prefix`` after ``start_after``."""
     return key_ranges.under(prefix, start_after, mark="?", true="1")
 
@@ -197,7 +197,7 @@ class SqliteStorage(BaseStorage):
             self.connection.execute("DELETE FROM kv WHERE key = ?", (key,))
 
     def list(self, prefix: str | None = None) -> list[str]:
-        where, params = _range_clause(prefix)
+        where, params = range_clause(prefix)
         with self.errors("list"):
             rows = self.connection.execute(
                 f"SELECT key FROM kv WHERE {where} ORDER BY key", params
@@ -220,7 +220,7 @@ class SqliteStorage(BaseStorage):
     ) -> Iterator[tuple[str, ...]]:
         last = start_after
         while True:
-            where, params = _range_clause(prefix, last)
+            where, params = range_clause(prefix, last)
             with self.errors("scan"):
                 rows = self.connection.execute(
                     f"SELECT {columns} FROM kv WHERE {where} ORDER BY key LIMIT ?",
@@ -278,7 +278,7 @@ class SqliteStorage(BaseStorage):
         if not wanted:
             return
         with self.read_snapshot("scan") as conn:
-            ranges = [_range_clause(prefix) for prefix in wanted]
+            ranges = [range_clause(prefix) for prefix in wanted]
             with self.errors("scan"):
                 count = sum(
                     int(
@@ -460,7 +460,7 @@ class SqliteStorage(BaseStorage):
         return (int(row[0]), int(row[1]), int(row[2])) if row else (0, 0, 0)
 
     def count(self, prefix: str | None = None) -> int:
-        where, params = _range_clause(prefix)
+        where, params = range_clause(prefix)
         with self.errors("count"):
             row = self.connection.execute(
                 f"SELECT count(*) FROM kv WHERE {where}", params
@@ -471,7 +471,7 @@ class SqliteStorage(BaseStorage):
         stats: dict[str, PrefixStats] = {}
         with self.errors("stats"):
             for prefix in prefixes:
-                where, params = _range_clause(prefix)
+                where, params = range_clause(prefix)
                 count, size = self.connection.execute(
                     "SELECT count(*), coalesce(sum(length(CAST(value AS BLOB))), 0) "
                     f"FROM kv WHERE {where}",
