@@ -96,8 +96,7 @@ def _logical(
         from triggerfish_cli.storage.sqlite import SqliteStorage
 
         check_not_open(target, options["force"])
-        provider: Any = SqliteStorage(target, create=True)
-        st._providers.append(provider)
+        provider: Any = st.keep(SqliteStorage(target, create=True))
     else:
         provider = st.provider(create=True)
     mode = load_mode(provider, replace=options["replace"], merge=options["merge"])

@@ -66,7 +66,8 @@ def _provider(st: AppState, out: Output) -> StorageProvider:
         st.storage_config()
     except (InvalidDataError, NotFoundError) as exc:
         named = st.db is not None or st.backend is not None
-        st._settings, from_block = fallback_settings(st.config_path, store_named=named)
+        settings, from_block = fallback_settings(st.config_path, store_named=named)
+        st.use_settings(settings)
         if not from_block:
             provider = st.provider()
             out.warn(f"{exc.message}; working on {provider.describe()} without it")

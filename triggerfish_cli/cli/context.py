@@ -37,6 +37,10 @@ class AppState:
             self._settings = load_settings(self.config_path, explicit=self.config is not None)
         return self._settings
 
+    def use_settings(self, settings: Settings) -> None:
+        """Work with ``settings`` instead of the config file's (which cannot be read)."""
+        self._settings = settings
+
     def storage_config(self) -> StorageConfig:
         from triggerfish_cli.storage.factory import resolve_storage
 
@@ -49,6 +53,11 @@ class AppState:
         from triggerfish_cli.storage.factory import open_provider
 
         provider = open_provider(self.storage_config(), create=create)
+        self._providers.append(provider)
+        return provider
+
+    def keep(self, provider: StorageProvider) -> StorageProvider:
+        """Close ``provider`` (opened by the command) when the command ends, with the rest."""
         self._providers.append(provider)
         return provider
 

@@ -91,8 +91,7 @@ def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
         from triggerfish_cli.storage.factory import open_provider
 
         config = dataclasses.replace(st.storage_config(), create_if_missing=False)
-        st._providers.append(open_provider(config))
-        numbers = version_numbers(st.provider())
+        numbers = version_numbers(st.keep(open_provider(config)))
     except Exception:  # completion must never print a traceback into the shell
         return []
     finally:
