@@ -327,9 +327,12 @@ def load_mode(provider: StorageProvider, *, replace: bool, merge: bool) -> str:
 TRANSACTIONAL = ("sqlite", "postgres")
 
 
-def safety_backup(provider: StorageProvider) -> str:
+def safety_backup(provider: StorageProvider, mode: str) -> str | None:
     """Before --replace/--merge on a store without transactions (S3): a logical backup
-    of it in the default backup directory, the way back if the restore stops part way."""
+    of it in the default backup directory, the way back if the restore stops part way.
+    None when there is nothing to protect (an empty store) or the load is all or nothing."""
+    if mode == "empty" or provider.backend in TRANSACTIONAL:
+        return None
     from triggerfish_cli.backup_create import create_backup
     from triggerfish_cli.backup_dest import LocalDestination
     from triggerfish_cli.paths import store_backups_dir

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -21,9 +21,6 @@ from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_veri
 from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value, sub_app
 from triggerfish_cli.errors import NotFoundError, UsageError
-
-if TYPE_CHECKING:
-    pass
 
 app = sub_app(
     "backup",

@@ -84,12 +84,7 @@ def _logical(
     dry_run: bool,
 ) -> None:
     from triggerfish_cli.backup_dest import temp_dir
-    from triggerfish_cli.backup_restore import (
-        TRANSACTIONAL,
-        load_logical,
-        load_mode,
-        safety_backup,
-    )
+    from triggerfish_cli.backup_restore import load_logical, load_mode, safety_backup
 
     if target is not None:
         from triggerfish_cli.backup_restore import check_not_open
@@ -123,9 +118,8 @@ def _logical(
             yes=options["yes"],
             what="the restore",
         )
-    kept = None
-    if mode != "empty" and provider.backend not in TRANSACTIONAL:
-        kept = safety_backup(provider)
+    kept = safety_backup(provider, mode)
+    if kept:
         out.info(f"the store's keys as they were are saved in {kept}")
     try:
         with (
