@@ -196,21 +196,26 @@ t triggerfish-admin config diff 1
 """
 
 
-def test_bash_completion_in_a_real_bash(gateway_db: Path, base_dir: Path, cli: CliFn) -> None:
-    config = base_dir / "triggerfish.yaml"
-    for n in range(1, 13):  # 12 snapshots: the 10 newest stay, v3..v12
-        config.write_text(f"models:\n  primary: model-{n}\n", encoding="utf-8")
-        assert cli("config", "snapshot").exit_code == 0
+def _bash_completes(code: str) -> str:
+    """What ``code`` prints in a real bash with our completion script sourced."""
     script = ROOT / "completions" / "triggerfish-admin.bash"
     result = subprocess.run(
-        ["bash", "--norc", "-c", BASH, "bash", str(script)],
+        ["bash", "--norc", "-c", code, "bash", str(script)],
         capture_output=True,
         text=True,
         timeout=120,
         env=_env(),
     )
     assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
+    return result.stdout
+
+
+def test_bash_completion_in_a_real_bash(gateway_db: Path, base_dir: Path, cli: CliFn) -> None:
+    config = base_dir / "triggerfish.yaml"
+    for n in range(1, 13):  # 12 snapshots: the 10 newest stay, v3..v12
+        config.write_text(f"models:\n  primary: model-{n}\n", encoding="utf-8")
+        assert cli("config", "snapshot").exit_code == 0
+    lines = _bash_completes(BASH).splitlines()
     assert {"kv", "demo", "help", "completion"} <= set(lines[0].split())
     assert lines[1].split() == ["list"]
     assert lines[2].split() == ["csv", "json", "jsonl", "table"]
@@ -227,17 +232,8 @@ def test_bash_completion_in_a_real_bash(gateway_db: Path, base_dir: Path, cli: C
 
 
 def test_version_completion_never_creates_a_store(base_dir: Path) -> None:
-    script = ROOT / "completions" / "triggerfish-admin.bash"
     code = BASH.split("t triggerfish-admin")[0] + 't triggerfish-admin config show ""\n'
-    result = subprocess.run(
-        ["bash", "--norc", "-c", code, "bash", str(script)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=_env(),
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ""
+    assert _bash_completes(code).strip() == ""
     assert not (base_dir / "data" / "triggerfish.db").exists()
 
 
