@@ -16,6 +16,7 @@ those few rows ever reach Python.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -49,7 +50,14 @@ from triggerfish_cli.memory_index import (
     has_tokens,
 )
 from triggerfish_cli.serialization import fast_loads
-from triggerfish_cli.storage.sqlite import KV_SCHEMA, SqliteStorage, translate_error
+from triggerfish_cli.storage.batching import in_batches
+from triggerfish_cli.storage.sqlite import (
+    KV_SCHEMA,
+    SqliteStorage,
+    private_transaction,
+    translate_error,
+)
+from triggerfish_cli.storage.write_gate import WriteGate
 
 # The gateway's index statements (src/memory/search.ts), verbatim.
 DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
@@ -85,14 +93,13 @@ def in_memory_copy(rows: Iterable[tuple[str, str]]) -> sqlite3.Connection:
     conn.execute(MEMORY_FTS_SQL)
     conn.execute(MEMORY_META_SQL)
     loads = fast_loads()
-    conn.execute("BEGIN")
-    for skey, value in rows:
-        record = parse_record(skey, value, loads)
-        if isinstance(record, MemoryRecord) and record.live:
-            conn.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (skey, value))
-            conn.execute(INSERT_FTS, fts_row(record))
-            conn.execute(UPSERT_META, (*fts_row(record)[:3], value))
-    conn.execute("COMMIT")
+    with private_transaction(conn):
+        for skey, value in rows:
+            record = parse_record(skey, value, loads)
+            if isinstance(record, MemoryRecord) and record.live:
+                conn.execute("INSERT INTO kv (key, value) VALUES (?, ?)", (skey, value))
+                conn.execute(INSERT_FTS, fts_row(record))
+                conn.execute(UPSERT_META, (*fts_row(record)[:3], value))
     return conn
 
 
@@ -133,17 +140,16 @@ class Fts5Index:
 
     @contextmanager
     def _transaction(self, what: str) -> Iterator[sqlite3.Connection]:
+        """On a store: its write gate. A private database of ours (RAM): a plain one."""
         if self.storage is not None:
             with self.storage.transaction(what) as conn:
                 yield conn
             return
-        self.conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield self.conn
-        except BaseException:
-            self.conn.execute("ROLLBACK")
-            raise
-        self.conn.execute("COMMIT")
+        with private_transaction(self.conn) as conn:
+            yield conn
+
+    def _gate(self) -> WriteGate | None:
+        return self.storage.gate if self.storage is not None else None
 
     def _kv(self, keys: Sequence[str]) -> dict[str, str]:
         found: dict[str, str] = {}
@@ -268,11 +274,10 @@ class Fts5Index:
     def hard_delete(
         self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
     ) -> int:
-        deleted = 0
-        for start in range(0, len(items), REPAIR_BATCH):
+        def purge(batch: Sequence[tuple[str, str]]) -> int:
             done = 0
             with self._transaction("memory purge") as conn:
-                for skey, expected in items[start : start + REPAIR_BATCH]:
+                for skey, expected in batch:
                     cursor = conn.execute(
                         "DELETE FROM kv WHERE key = ? AND value = ?", (skey, expected)
                     )
@@ -283,6 +288,10 @@ class Fts5Index:
                     if self.present and parts is not None:
                         rowids = self._rows_of(conn, parts[0], parts[1].name, parts[2])
                         self._reindex_one(conn, skey, None, rowids)
+            return done
+
+        deleted = 0
+        for _, done in in_batches(items, purge, most=REPAIR_BATCH, gate=self._gate()):
             deleted += done
             if on_batch is not None:
                 on_batch(done)
@@ -374,7 +383,9 @@ class Fts5Index:
                 conn.execute(MEMORY_META_SQL)
             self.present, self.kind = True, "sqlite-fts5"
         drift, fix, had_rows = self._survey(levels, None)
-        with _synchronous_normal(self.conn):
+        # The rows are derived from kv: a power cut loses at most the last
+        # batches of index rows (drift the next reindex repairs), never kv.
+        with self.storage.bulk_writes() if self.storage else contextlib.nullcontext():
             self._rewrite(drift, fix, had_rows, on_batch)
         return drift
 
@@ -386,8 +397,8 @@ class Fts5Index:
         on_batch: BatchCallback | None,
     ) -> None:
         loads = fast_loads()
-        for start in range(0, len(fix), REPAIR_BATCH):
-            batch = fix[start : start + REPAIR_BATCH]
+
+        def rewrite(batch: Sequence[Triple]) -> None:
             rowids: list[tuple[int]] = []
             dropped: list[Triple] = []
             fts: list[tuple[str, str, str, str, str]] = []
@@ -413,26 +424,11 @@ class Fts5Index:
                 conn.executemany(INSERT_FTS, fts)
                 conn.executemany(UPSERT_META, meta)
                 conn.executemany(DELETE_META, dropped)
-            drift.fixed += len(batch)
+
+        for count, _ in in_batches(fix, rewrite, most=REPAIR_BATCH, gate=self._gate()):
+            drift.fixed += count
             if on_batch is not None:
-                on_batch(len(batch))
-
-
-@contextmanager
-def _synchronous_normal(conn: sqlite3.Connection) -> Iterator[None]:
-    """No fsync per commit while rewriting index rows (this connection only).
-
-    The rows are derived from kv: a power cut loses at most the last batches
-    of index rows (drift the next reindex repairs), never kv, and in WAL mode
-    never the database's integrity. The setting is per connection: the
-    gateway's own writes keep their durability.
-    """
-    previous = conn.execute("PRAGMA synchronous").fetchone()[0]
-    conn.execute("PRAGMA synchronous=NORMAL")
-    try:
-        yield
-    finally:
-        conn.execute(f"PRAGMA synchronous={int(previous)}")
+                on_batch(count)
 
 
 def _name(triple: Triple) -> str:

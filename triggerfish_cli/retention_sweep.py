@@ -1,17 +1,18 @@
 """Retention sweeps on a live store: read, plan, then apply in short paced batches.
 
 The gateway sets no busy timeout: while we hold SQLite's write lock, its
-writes fail at once and are lost. So the apply step
+writes fail at once and are lost. So every batch is one write transaction
+through the store's write gate (SQLite: storage/write_gate.py), which pauses
+the live writers for the few milliseconds the batch holds the lock; the apply
+step
 
-- writes in short transactions, sized from smoothed per-record estimates so
-  that each holds the lock about :attr:`Pacing.max_lock` and adds at most
+- sizes batches from smoothed per-record estimates so that each holds the lock
+  about :attr:`Pacing.max_lock` (the gate's budget) and adds at most
   :attr:`Pacing.wal_frames` pages to the WAL;
-- runs a PASSIVE checkpoint the moment each batch commits (SQLite): holding
-  the checkpoint lock first, it spares the gateway commit that follows ours
-  the automatic checkpoint of our pages, and keeps the WAL small;
-- then rests at least as long as SQLite's busy handler may still sleep before
-  a waiting writer's next try (:func:`writer_gap`), so the gateway gets in
-  between two of our transactions and waits about one of them at most;
+- leaves the WAL checkpoint to the gate, which runs one (PASSIVE) after each
+  commit with everyone running again, and keeps the WAL small;
+- rests between batches (:attr:`Pacing.min_pause`, and the gate's own rest
+  after a freeze), so the gateway runs most of the time;
 - deletes each record only if it still holds the value the plan read
   (compare-and-delete) and trims ``cron-history:`` arrays by compare-and-swap,
   so a record the gateway rewrote meanwhile is kept;
@@ -64,41 +65,18 @@ class Pacing:
 
     #: Most records per write transaction.
     batch_size: int = 5000
-    #: Aim: hold the write lock at most this long per transaction (seconds).
-    max_lock: float = 0.06
-    #: Fixed rest after each transaction; None: long enough for a writer that
-    #: waited on us to get in (see :func:`writer_gap`).
+    #: Aim: hold the write lock at most this long per transaction (seconds):
+    #: the live writers are paused meanwhile (the write gate's budget).
+    max_lock: float = 0.02
+    #: Fixed rest after each transaction; None: :attr:`min_pause`.
     pause: float | None = None
-    #: Shortest rest (seconds).
+    #: Shortest rest (seconds). The write gate adds its own after a freeze.
     min_pause: float = 0.03
-    #: PASSIVE WAL checkpoint between batches (SQLite).
+    #: PASSIVE WAL checkpoint between batches (SQLite: the gate runs it).
     checkpoint: bool = True
-    #: Keep each batch's WAL frames under this (SQLite). The gateway runs a
-    #: checkpoint inside its own commit once the WAL passes 1000 pages (the
-    #: default). Ours runs the moment each batch commits, so the gateway's
-    #: commit rarely meets our pages; this bounds what it pays when it does
-    #: (8000 pages of 4 KiB: tens of milliseconds).
+    #: Keep each batch's WAL frames under this (SQLite): the WAL is
+    #: checkpointed after each batch, so it never grows far past this.
     wal_frames: int = 8000
-
-
-#: SQLite's default busy handler (what a writer with a busy timeout runs)
-#: sleeps these many milliseconds between its tries, then 100 ms each.
-_BUSY_DELAYS_MS = (1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100)
-
-
-def writer_gap(held: float) -> float:
-    """The longest a writer that began waiting during our last transaction
-    (``held`` seconds long) may still sleep before its next try.
-
-    Resting that long after each commit lets such a writer in before our next
-    transaction, so its wait stays about one of our transactions long.
-    """
-    waited = 0.0
-    for delay in _BUSY_DELAYS_MS:
-        if waited >= held:
-            return delay / 1000
-        waited += delay / 1000
-    return 0.1
 
 
 def read_plan(
@@ -214,7 +192,7 @@ class _Pacer:
         self.frames_per_record: float | None = None
 
     def rest(self, held: float, records: int, frames: int, started: float) -> None:
-        """Adapt the batch size, then rest (from ``started``) so a waiting writer gets in."""
+        """Adapt the batch size, then rest (from ``started``) so the gateway runs."""
         pacing = self.pacing
         if records > 0:
             self.per_record = _smooth(self.per_record, held / records)
@@ -224,19 +202,20 @@ class _Pacer:
             if self.frames_per_record:
                 limit = min(limit, pacing.wal_frames / self.frames_per_record)
             self.size = max(1, min(pacing.batch_size, int(limit), self.size * 2))
-        pause = pacing.pause
-        if pause is None:
-            pause = max(pacing.min_pause, writer_gap(held) + 0.005)
+        pause = pacing.min_pause if pacing.pause is None else pacing.pause
         left = pause - (time.monotonic() - started)
         if left > 0:
             time.sleep(left)
 
-    def finish(self) -> None:
+    def finish(self, provider: StorageProvider) -> None:
         """Leave the WAL fully checkpointed, so the gateway's next write starts it afresh."""
-        if self.checkpoint is None:
+        from triggerfish_cli.storage.sqlite import SqliteStorage
+
+        if self.checkpoint is None or not isinstance(provider, SqliteStorage):
             return
         for _ in range(20):
-            if self.checkpoint() >= 0:
+            busy, frames, done = provider.checkpoint("PASSIVE")
+            if not busy and frames == done:
                 return
             time.sleep(0.05)  # the gateway is checkpointing right now
 
@@ -245,7 +224,7 @@ def _bulk(provider: StorageProvider, pacer: _Pacer) -> contextlib.AbstractContex
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     if isinstance(provider, SqliteStorage):
-        return provider.bulk_writes(own_checkpoints=pacer.checkpoint is not None)
+        return provider.bulk_writes()
     return contextlib.nullcontext()
 
 
@@ -257,17 +236,28 @@ def _smooth(average: float | None, sample: float) -> float:
 
 
 def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
-    """A PASSIVE checkpoint returning the WAL frames it found (-1: another one was running)."""
+    """The WAL frames the checkpoint after the last commit found (-1: it could not finish).
+
+    SQLite's write gate runs that PASSIVE checkpoint itself, the moment the
+    paused writers run again.
+    """
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     if not isinstance(provider, SqliteStorage):
         return None
 
     def checkpoint() -> int:
-        busy, frames, done = provider.checkpoint("PASSIVE")
+        busy, frames, done = provider.gate.last_checkpoint
         return -1 if busy or frames != done else frames
 
     return checkpoint
+
+
+def _held(provider: StorageProvider, measured: float) -> float:
+    """How long the last write held the lock: the gate knows (SQLite), else as measured."""
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    return provider.gate.last_hold if isinstance(provider, SqliteStorage) else measured
 
 
 def apply_plan(
@@ -311,7 +301,7 @@ def apply_plan(
         result.error = str(exc) or type(exc).__name__
         _finish(provider, result, quiet=True)
         raise
-    pacer.finish()
+    pacer.finish(provider)
     _finish(provider, result)
     return result
 
@@ -430,7 +420,7 @@ def _apply_batch(
         _count(provider, ready, counts, None)
         raise
     committed = time.monotonic()
-    held = committed - started
+    held = _held(provider, committed - started)
     frames = pacer.checkpoint() if pacer.checkpoint is not None and (deletes or trims) else -1
     _count(provider, ready, counts, (deleted, trimmed))
     return held, frames, committed
@@ -500,6 +490,18 @@ class _MemoryIndex:
         return cls(provider, provider.tables() & set(MEMORY_INDEX_TABLES))
 
     def delete_if_unchanged(self, items: Sequence[tuple[str, str]]) -> int:
+        """Delete in one transaction; in halves when the write gate cut it short."""
+        from triggerfish_cli.storage.write_gate import FreezeTooLong
+
+        try:
+            return self._delete(items)
+        except FreezeTooLong:
+            if len(items) <= 1:
+                raise
+            half = len(items) // 2
+            return self.delete_if_unchanged(items[:half]) + self.delete_if_unchanged(items[half:])
+
+    def _delete(self, items: Sequence[tuple[str, str]]) -> int:
         gone: list[tuple[str, str, str]] = []
         with self.provider.transaction("retention: delete memories") as conn:
             for key, expected in items:

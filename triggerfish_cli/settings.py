@@ -11,6 +11,7 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
       backend: sqlite          # sqlite (default) | memory | postgres | s3
       path: data/triggerfish.db   # sqlite: relative to this file's directory
       busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
+      live_writers: freeze     # sqlite: freeze | refuse | ignore (the write gate)
 
     storage:                   # postgres (storage/postgres.py, remote_settings.py)
       backend: postgres
@@ -160,7 +161,7 @@ def positive_int(value: Any, where: str) -> int:
 
 
 def _sqlite_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    check_keys(section, {"backend", "path", "busy_timeout_ms"}, "storage")
+    check_keys(section, {"backend", "path", "busy_timeout_ms", "live_writers"}, "storage")
     options: dict[str, Any] = {}
     if "path" in section:
         raw = section["path"]
@@ -172,6 +173,15 @@ def _sqlite_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
         options["busy_timeout_ms"] = positive_int(
             section["busy_timeout_ms"], "storage.busy_timeout_ms"
         )
+    if "live_writers" in section:
+        from triggerfish_cli.storage.write_gate import MODES
+
+        mode = section["live_writers"]
+        if mode not in MODES:
+            raise InvalidDataError(
+                f"storage.live_writers: must be one of {', '.join(MODES)}, not {mode!r}"
+            )
+        options["live_writers"] = mode
     return options
 
 

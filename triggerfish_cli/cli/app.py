@@ -194,6 +194,12 @@ def _complete_backend(incomplete: str) -> list[str]:
     return [name for name in known_backends() if name.startswith(incomplete)]
 
 
+def _complete_live_writers(incomplete: str) -> list[str]:
+    from triggerfish_cli.storage.write_gate import MODES
+
+    return [mode for mode in MODES if mode.startswith(incomplete)]
+
+
 def _version(value: bool) -> None:
     if value:
         sys.stdout.write(f"{PROG} {__version__}\n")
@@ -234,6 +240,21 @@ def root(
             help="Storage backend, overriding the storage: section: sqlite, memory, postgres "
             "or s3 (postgres and s3 take their dsn/schema or bucket/prefix/endpoint_url/region "
             "from the storage: section; postgres also from the libpq PG* environment).",
+        ),
+    ] = None,
+    live_writers: Annotated[
+        str | None,
+        typer.Option(
+            "--live-writers",
+            envvar="TRIGGERFISH_LIVE_WRITERS",
+            show_default=False,
+            metavar="MODE",
+            autocompletion=_complete_live_writers,
+            help="SQLite: what to do about the other processes that have the store open "
+            "(the gateway, which never waits for a lock) while we write: freeze (the "
+            "default: pause them for each short write transaction, tens of milliseconds), "
+            "refuse (exit 6, naming them) or ignore (write anyway: the gateway's own writes "
+            "may fail meanwhile). Also storage.live_writers.",
         ),
     ] = None,
     fmt: Annotated[
@@ -284,6 +305,9 @@ def root(
     5 verification failed, 6 busy or locked, 7 backend unavailable,
     8 invalid data or config, 130 interrupted.
     """
+    from triggerfish_cli.storage.write_gate import choose_mode
+
+    choose_mode(live_writers)
     st = state(ctx)
     st.db, st.config, st.backend = db, config, backend
     st.fmt, st.quiet, st.debug = fmt.value, quiet, debug

@@ -104,6 +104,7 @@ def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
         config.path,
         create=create or config.create_if_missing,
         busy_timeout_ms=int(config.options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS)),
+        live_writers=config.options.get("live_writers"),
     )
 
 

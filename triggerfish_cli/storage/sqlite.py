@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import itertools
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 from triggerfish_cli.errors import (
@@ -31,6 +32,7 @@ from triggerfish_cli.errors import (
     TriggerfishError,
 )
 from triggerfish_cli.storage import key_ranges
+from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -41,12 +43,15 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
+from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate, mode_for
 
 #: Exactly the statement the gateway runs at start-up.
 KV_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
 
 #: The gateway's memory search tables, created by the gateway at start-up.
 MEMORY_INDEX_TABLES = ("memory_fts", "memory_meta")
+
+T = TypeVar("T")
 
 SQLITE_HEADER = b"SQLite format 3\x00"
 DEFAULT_BUSY_TIMEOUT_MS = 5000
@@ -80,6 +85,20 @@ def translate_error(exc: sqlite3.Error, where: str) -> TriggerfishError:
     return TriggerfishError(f"{where}: {text}")
 
 
+@contextmanager
+def private_transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction on a private database of ours (in RAM, or a scratch copy
+    nobody else opens): nobody to pause, so no write gate. Never on a store."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
 class SqliteStorage(BaseStorage):
     backend = "sqlite"
 
@@ -89,9 +108,13 @@ class SqliteStorage(BaseStorage):
         *,
         create: bool = False,
         busy_timeout_ms: int = DEFAULT_BUSY_TIMEOUT_MS,
+        live_writers: str | None = None,
     ) -> None:
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms
+        #: freeze | refuse | ignore (write_gate.py); None: the operator's choice.
+        self.live_writers = mode_for(live_writers)
+        self._gate: WriteGate | None = None
         self._conn: sqlite3.Connection | None = None
         self._conn = _open(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
 
@@ -107,10 +130,26 @@ class SqliteStorage(BaseStorage):
     def describe(self) -> str:
         return f"sqlite:{self.path}"
 
+    @property
+    def gate(self) -> WriteGate:
+        """The write gate every write transaction on this store passes (write_gate.py)."""
+        if self._gate is None:
+            self._gate = WriteGate(
+                self.path, self.live_writers, busy_timeout_ms=self.busy_timeout_ms
+            )
+        return self._gate
+
+    def gate_stats(self) -> dict[str, Any] | None:
+        """What the write gate did so far (None: nothing was written)."""
+        return None if self._gate is None else self._gate.stats.as_dict()
+
     def close(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
@@ -124,20 +163,28 @@ class SqliteStorage(BaseStorage):
     def transaction(self, what: str = "write") -> Iterator[sqlite3.Connection]:
         """A short write transaction (``BEGIN IMMEDIATE``): all or nothing.
 
-        Interrupted (Ctrl-C) or failing, it rolls back and leaves the store
-        as it was.
+        The only way this tool writes to a SQLite store: it passes the write
+        gate, which keeps the live writers (the gateway) from writing while
+        we hold the lock (storage/write_gate.py). Interrupted (Ctrl-C) or
+        failing, it rolls back and leaves the store as it was. Keep what runs
+        inside short: the gateway is stopped meanwhile, and a transaction that
+        would keep it stopped longer than the gate allows is rolled back
+        (:class:`FreezeTooLong`, exit 6).
         """
         conn = self.connection
-        with self.errors(what):
-            conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        with self.errors(what):
-            conn.execute("COMMIT")
+        with self.errors(what), self.gate.transaction(conn) as held:
+            yield held
+
+    def write(self, work: Callable[[sqlite3.Connection], T], what: str = "write") -> T:
+        """``work(conn)`` in one transaction, tried again when a hiccup cut its freeze short."""
+        for attempt in range(3):
+            try:
+                with self.transaction(what) as conn:
+                    return work(conn)
+            except FreezeTooLong:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
 
     @contextmanager
     def read_snapshot(self, what: str = "read") -> Iterator[sqlite3.Connection]:
@@ -187,14 +234,15 @@ class SqliteStorage(BaseStorage):
         return None if row is None else str(row[0])
 
     def set(self, key: str, value: str) -> None:
-        with self.errors("set"):
-            self.connection.execute(
+        self.write(
+            lambda conn: conn.execute(
                 "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value)
-            )
+            ),
+            "set",
+        )
 
     def delete(self, key: str) -> None:
-        with self.errors("delete"):
-            self.connection.execute("DELETE FROM kv WHERE key = ?", (key,))
+        self.write(lambda conn: conn.execute("DELETE FROM kv WHERE key = ?", (key,)), "delete")
 
     def list(self, prefix: str | None = None) -> list[str]:
         where, params = range_clause(prefix)
@@ -205,13 +253,50 @@ class SqliteStorage(BaseStorage):
         return [row[0] for row in rows]
 
     def clear(self) -> None:
-        """Delete every key, and the memory search rows that index them."""
+        """Delete every key, and the memory search rows that index them.
+
+        One transaction when it fits in a pause of the live writers (always,
+        with nobody to pause); else in gate-sized batches, by rowid, of the
+        rows present when the clear began: what the gateway writes meanwhile
+        stays.
+        """
         present = self.tables()
-        with self.transaction("clear") as conn:
-            conn.execute("DELETE FROM kv")
-            for table in MEMORY_INDEX_TABLES:
-                if table in present:
-                    conn.execute(f"DELETE FROM {table}")
+        tables = [table for table in MEMORY_INDEX_TABLES if table in present] + ["kv"]
+
+        def everything(conn: sqlite3.Connection) -> None:
+            for table in tables:
+                conn.execute(f"DELETE FROM {table}")
+
+        try:
+            self.write(everything, "clear")
+            return
+        except FreezeTooLong:
+            pass
+        with self.errors("clear"):
+            tops = {
+                table: self.connection.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
+                for table in tables
+            }
+        sizer = BatchSizer(50_000, budget=self.gate.budget)
+        for table in tables:
+            if tops[table] is None:
+                continue
+            sql = (
+                f"DELETE FROM {table} WHERE rowid IN "
+                f"(SELECT rowid FROM {table} WHERE rowid <= ? LIMIT ?)"
+            )
+            while True:
+                try:
+                    with self.transaction("clear") as conn:
+                        gone = conn.execute(sql, (tops[table], sizer.size)).rowcount
+                except FreezeTooLong:
+                    if sizer.size == 1:
+                        raise
+                    sizer.cut()
+                    continue
+                if gone == 0:
+                    break
+                sizer.record(gone, self.gate.last_hold, self.gate.last_frozen)
 
     # -- native admin operations -------------------------------------------
 
@@ -339,10 +424,14 @@ class SqliteStorage(BaseStorage):
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
         """All items in one transaction: a failure writes none of them."""
-        before = self.connection.total_changes
-        with self.transaction("write") as conn:
-            conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", items)
-        return self.connection.total_changes - before
+        rows = items if isinstance(items, (builtins.list, tuple)) else builtins.list(items)
+
+        def write_all(conn: sqlite3.Connection) -> int:
+            before = conn.total_changes
+            conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", rows)
+            return conn.total_changes - before
+
+        return self.write(write_all, "write")
 
     def _batched_write(
         self,
@@ -352,15 +441,36 @@ class SqliteStorage(BaseStorage):
         pause: float,
         on_batch: BatchCallback | None,
     ) -> int:
+        """``sql`` for each row, in transactions sized so each holds the lock briefly.
+
+        ``batch_size`` is the most rows per transaction; while the write gate
+        pauses live writers, batches shrink to its budget (and a batch cut
+        short by the gate's cap is tried again in halves).
+        """
         done = 0
-        for batch in batched(rows, batch_size):
+        sizer = BatchSizer(batch_size, budget=self.gate.budget)
+        pending: list[Sequence[str]] = []
+        source = iter(rows)
+        while True:
+            if len(pending) < sizer.size:
+                pending.extend(itertools.islice(source, sizer.size - len(pending)))
+            if not pending:
+                return done
+            batch, rest = pending[: sizer.size], pending[sizer.size :]
             before = self.connection.total_changes
-            with self.transaction("delete") as conn:
-                conn.executemany(sql, batch)
+            try:
+                with self.transaction("delete") as conn:
+                    conn.executemany(sql, batch)
+            except FreezeTooLong:
+                if len(batch) == 1:
+                    raise
+                sizer.cut()
+                continue
+            pending = rest
+            sizer.record(len(batch), self.gate.last_hold, self.gate.last_frozen)
             changed = self.connection.total_changes - before
             done += changed
             after_batch(changed, pause, on_batch)
-        return done
 
     def delete_many(
         self,
@@ -419,31 +529,22 @@ class SqliteStorage(BaseStorage):
         return file_lock(self.lock_path(name), wait, what=f"{name} on {self.describe()}")
 
     @contextmanager
-    def bulk_writes(self, *, own_checkpoints: bool = False) -> Iterator[None]:
-        """Settings of our connection for a long batched job, restored afterwards.
+    def bulk_writes(self) -> Iterator[None]:
+        """No fsync after each commit during a long idempotent batched job (a sweep).
 
-        ``synchronous=NORMAL``: in WAL mode commits skip their fsync
-        (checkpoints still sync); the file stays consistent whatever happens,
-        only the last commits may be lost on an OS crash or power cut, which
-        an idempotent job (a retention sweep) simply redoes.
-        ``own_checkpoints``: no automatic checkpoint inside our COMMITs (the
-        caller runs :meth:`checkpoint` between batches, outside its write
-        transactions). The gateway's own connections are not affected.
+        Commits never fsync inside a freeze anyway (the write gate runs our
+        connection with ``synchronous=NORMAL`` in WAL mode and syncs the WAL
+        after each commit, with everyone running again); here even that sync
+        is skipped: the file stays consistent whatever happens, only the last
+        commits may be lost on an OS crash or power cut, which an idempotent
+        job simply redoes. The gateway's own connections are not affected.
         """
-        conn = self.connection
-        with self.errors("pragma"):
-            synchronous = int(conn.execute("PRAGMA synchronous").fetchone()[0])
-            autocheckpoint = int(conn.execute("PRAGMA wal_autocheckpoint").fetchone()[0])
-            conn.execute("PRAGMA synchronous=NORMAL")
-            if own_checkpoints:
-                conn.execute("PRAGMA wal_autocheckpoint=0")
+        gate = self.gate
+        durable, gate.durable = gate.durable, False
         try:
             yield
         finally:
-            if self._conn is not None:
-                with self.errors("pragma"):
-                    conn.execute(f"PRAGMA synchronous={synchronous}")
-                    conn.execute(f"PRAGMA wal_autocheckpoint={autocheckpoint}")
+            gate.durable = durable
 
     def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
         """``PRAGMA wal_checkpoint(mode)``: ``(busy, wal frames, frames checkpointed)``.

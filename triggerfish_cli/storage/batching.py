@@ -1,0 +1,73 @@
+"""Batches of write transactions sized for the write gate (write_gate.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
+
+from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate
+
+X = TypeVar("X")
+R = TypeVar("R")
+
+
+class BatchSizer:
+    """Batch sizes for a long job's write transactions: each holds the lock about ``budget``.
+
+    While the gate pauses live writers, sizes follow a smoothed per-item cost
+    so that each freeze lasts about ``budget``; with nobody to pause they grow
+    to ``most``. :meth:`cut` halves the size after a freeze that hit its cap.
+    """
+
+    def __init__(self, most: int, *, budget: float = 0.02, first: int = 100) -> None:
+        self.most = max(1, most)
+        self.budget = budget
+        self.size = max(1, min(self.most, first))
+        self.per_item: float | None = None
+
+    def record(self, items: int, held: float, frozen: bool) -> None:
+        if items <= 0:
+            return
+        sample = held / items
+        if self.per_item is None:
+            self.per_item = sample
+        else:  # an exponential moving average that one slow batch cannot drag far
+            self.per_item = 0.7 * self.per_item + 0.3 * min(sample, 3 * self.per_item)
+        grown = self.size * 2
+        if frozen:
+            grown = min(grown, int(self.budget / max(self.per_item, 1e-7)))
+        self.size = max(1, min(self.most, grown))
+
+    def cut(self) -> None:
+        self.size = max(1, self.size // 2)
+
+
+def in_batches(
+    items: Sequence[X],
+    work: Callable[[Sequence[X]], R],
+    *,
+    most: int,
+    gate: WriteGate | None,
+) -> Iterator[tuple[int, R]]:
+    """``work`` (one write transaction) over ``items`` in gate-sized batches.
+
+    Yields ``(items in the batch, work's result)`` after each committed
+    batch. A batch the gate cut short (rolled back) is tried again smaller.
+    """
+    sizer = BatchSizer(most)
+    start = 0
+    while start < len(items):
+        batch = items[start : start + sizer.size]
+        try:
+            result = work(batch)
+        except FreezeTooLong:
+            if len(batch) <= 1:
+                raise
+            sizer.cut()
+            continue
+        start += len(batch)
+        if gate is not None:
+            sizer.record(len(batch), gate.last_hold, gate.last_frozen)
+        else:
+            sizer.record(len(batch), 0.0, False)
+        yield len(batch), result

@@ -1,0 +1,313 @@
+"""The live writers of a SQLite store: every other process that has it open.
+
+The write gate (write_gate.py) pauses them around each of our write
+transactions; ``status`` and the restore guard name them. Found through
+``/proc/<pid>/fd`` on Linux, ``lsof`` and ``ps`` where there is no ``/proc``
+(macOS, the BSDs), plus the lock every SQLite connection holds on the
+store's ``-shm`` file: that one also shows a process we cannot see (another
+PID namespace: a container) or whose open files we may not read (another
+user, when we are not root).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: SQLite's lock bytes in the -shm file: the WAL write lock, and the "dead man
+#: switch" every connection holds a shared lock on while it has the file open.
+SHM_WRITE_LOCK = 120
+SHM_DMS_LOCK = 128
+STOPPED = frozenset("Tt")
+GONE = frozenset("ZX")
+_FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux (x86_64, aarch64)
+
+
+@dataclass(frozen=True)
+class LiveWriter:
+    """Another process with the store open."""
+
+    pid: int
+    #: Its start time (clock ticks since boot, /proc/<pid>/stat field 22); 0 unknown.
+    start: int
+    command: str
+    user: str
+    may_signal: bool
+    why_not: str | None = None
+
+    def label(self) -> str:
+        return f"pid {self.pid} ({self.user}: {self.command})"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "command": self.command,
+            "user": self.user,
+            "may_signal": self.may_signal,
+            "why_not": self.why_not,
+        }
+
+
+
+
+def store_files(db: Path) -> list[str]:
+    """The real paths of the store, its WAL and its shared-memory file."""
+    base = os.path.realpath(db)
+    return [base, base + "-wal", base + "-shm"]
+
+
+class ProcessTable:
+    """Processes and their open files, through ``/proc`` (Linux)."""
+
+    def __init__(self) -> None:
+        self.me = os.getpid()
+
+    def pids(self) -> set[int]:
+        return {int(name) for name in os.listdir("/proc") if name.isdigit()}
+
+    def openers(self, pids: Sequence[int] | set[int], targets: Sequence[str]) -> list[int]:
+        wanted = set(targets)
+        found = []
+        for pid in pids:
+            if pid == self.me:
+                continue
+            try:
+                fds = os.listdir(f"/proc/{pid}/fd")
+            except OSError:
+                continue  # gone, or not ours to read (the -shm lock probe covers it)
+            for fd in fds:
+                try:
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
+                        found.append(pid)
+                        break
+                except OSError:
+                    continue
+        return found
+
+    def start_time(self, pid: int) -> int | None:
+        fields = self._stat(f"/proc/{pid}/stat")
+        return int(fields[19]) if fields and len(fields) > 19 else None
+
+    def state(self, pid: int) -> str | None:
+        fields = self._stat(f"/proc/{pid}/stat")
+        return fields[0] if fields else None
+
+    def stopped(self, pid: int) -> bool:
+        """Every thread of ``pid`` stopped (or gone)."""
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            return True  # the process is gone
+        for tid in tids:
+            fields = self._stat(f"/proc/{pid}/task/{tid}/stat")
+            if fields and fields[0] not in STOPPED and fields[0] not in GONE:
+                return False
+        return True
+
+    def describe(self, pid: int) -> tuple[str, int, str]:
+        """(command line, uid, user name) of ``pid``."""
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                raw = handle.read()
+            command = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            command = ""
+        if not command:
+            try:
+                with open(f"/proc/{pid}/comm", encoding="utf-8", errors="replace") as handle:
+                    command = f"[{handle.read().strip()}]"
+            except OSError:
+                command = "?"
+        try:
+            uid = os.stat(f"/proc/{pid}").st_uid
+        except OSError:
+            uid = -1
+        return command, uid, _user_name(uid)
+
+    @staticmethod
+    def _stat(path: str) -> list[str] | None:
+        """The fields of a ``stat`` file after the command name: ``[state, ppid, ...]``.
+
+        The name (in parentheses) may hold spaces and parentheses (``V8
+        DefaultWorke``): split after the last ``)``.
+        """
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        end = data.rfind(b")")
+        return data[end + 2 :].decode("ascii", "replace").split() if end >= 0 else None
+
+
+class LsofTable(ProcessTable):
+    """Where there is no ``/proc`` (macOS, the BSDs): ``lsof`` and ``ps``."""
+
+    def pids(self) -> set[int]:
+        out = _run(["ps", "-A", "-o", "pid="])
+        return {int(word) for word in out.split() if word.isdigit()}
+
+    def openers(self, pids: Sequence[int] | set[int], targets: Sequence[str]) -> list[int]:
+        existing = [path for path in targets if os.path.exists(path)]
+        if not existing:
+            return []
+        out = _run(["lsof", "-t", "--", *existing])
+        wanted = set(pids)
+        return sorted(
+            {int(word) for word in out.split() if word.isdigit()} & wanted - {self.me}
+        )
+
+    def start_time(self, pid: int) -> int | None:
+        out = _run(["ps", "-o", "lstart=", "-p", str(pid)]).strip()
+        return (hash(out) & 0x7FFFFFFF) or 1 if out else None
+
+    def state(self, pid: int) -> str | None:
+        out = _run(["ps", "-o", "stat=", "-p", str(pid)]).strip()
+        return out[:1] or None
+
+    def stopped(self, pid: int) -> bool:
+        state = self.state(pid)
+        return state is None or state in STOPPED or state in GONE
+
+    def describe(self, pid: int) -> tuple[str, int, str]:
+        out = _run(["ps", "-o", "uid=,command=", "-p", str(pid)]).strip()
+        uid_text, _, command = out.partition(" ")
+        uid = int(uid_text) if uid_text.isdigit() else -1
+        return command.strip() or "?", uid, _user_name(uid)
+
+
+def _run(command: list[str]) -> str:
+    import subprocess
+
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=5, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return result.stdout
+
+
+def _user_name(uid: int) -> str:
+    if uid < 0:
+        return "?"
+    try:
+        import pwd
+
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, ImportError):
+        return str(uid)
+
+
+def process_table() -> ProcessTable | None:
+    """How this system shows processes and their files (None: it cannot)."""
+    if os.path.isdir("/proc/self/fd"):
+        return ProcessTable()
+    import shutil
+
+    if sys.platform != "win32" and shutil.which("lsof") and shutil.which("ps"):
+        return LsofTable()
+    return None
+
+
+def _may_signal(pid: int) -> tuple[bool, str | None]:
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return False, "another user's process: we may not signal it"
+    except ProcessLookupError:
+        return True, None  # gone since the scan
+    return True, None
+
+
+#: Probe descriptors on -shm files, by (device, inode). Never closed: closing any
+#: descriptor of a file drops every POSIX lock this process holds on it, SQLite's
+#: own included (a POSIX lock belongs to the process, not to the descriptor).
+_PROBES: dict[tuple[int, int], int] = {}
+_PROBES_LOCK = threading.Lock()
+
+
+def _probe_fd(path: str) -> int | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    key = (info.st_dev, info.st_ino)
+    with _PROBES_LOCK:
+        fd = _PROBES.get(key)
+        if fd is None:
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                return None
+            _PROBES[key] = fd
+    return fd
+
+
+def shm_lock_holder(db: Path, byte: int) -> int | None:
+    """The pid of a process holding SQLite's lock ``byte`` of the store's -shm file.
+
+    None: nobody holds it (or this system cannot tell). 0: a process of
+    another PID namespace, which we cannot see. It may be this process.
+    """
+    getlk = getattr(fcntl, "F_OFD_GETLK", None)
+    if getlk is None:
+        return None
+    fd = _probe_fd(store_files(db)[2])
+    if fd is None:
+        return None
+    try:
+        answer = fcntl.fcntl(fd, getlk, _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, byte, 1, 0))
+    except OSError:
+        return None
+    kind, _, _, _, pid = _FLOCK.unpack(answer)
+    return None if kind == fcntl.F_UNLCK else int(pid)
+
+
+def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter]:
+    """Every other process that has the store open, and whether we may signal it."""
+    table = table if table is not None else process_table()
+    found: list[LiveWriter] = []
+    seen: set[int] = set()
+    if table is not None:
+        for pid in sorted(table.openers(table.pids(), store_files(db))):
+            found.append(writer_of(table, pid))
+            seen.add(pid)
+    holder = shm_lock_holder(db, SHM_DMS_LOCK)
+    if holder == 0:
+        found.append(
+            LiveWriter(
+                0,
+                0,
+                "a process of another PID namespace (a container?) holding the store's lock",
+                "?",
+                False,
+                "not visible from here: run triggerfish-admin where the gateway runs",
+            )
+        )
+    elif holder is not None and holder != os.getpid() and holder not in seen:
+        # It holds the store's lock, but its open files are not ours to read.
+        found.append(writer_of(table, holder) if table is not None else _unseen(holder))
+    return found
+
+
+def writer_of(table: ProcessTable, pid: int) -> LiveWriter:
+    command, _, user = table.describe(pid)
+    may, why = _may_signal(pid)
+    return LiveWriter(pid, table.start_time(pid) or 0, command[:300], user, may, why)
+
+
+def _unseen(pid: int) -> LiveWriter:
+    may, why = _may_signal(pid)
+    return LiveWriter(pid, 0, "?", "?", may, why)
+
+
+def describe_writers(writers: Sequence[LiveWriter], limit: int = 5) -> str:
+    shown = "; ".join(writer.label() for writer in writers[:limit])
+    more = len(writers) - limit
+    return shown + (f"; and {more} more" if more > 0 else "")

@@ -1,0 +1,542 @@
+"""The write gate: no write transaction of ours ever makes a gateway write fail.
+
+The gateway and its SQLite driver set no busy timeout: a gateway write that
+meets any write lock of ours fails at once (UPSTREAM.md). So every write
+transaction this tool makes on a SQLite store passes through
+:meth:`WriteGate.transaction`, which keeps the store's other writers (the
+*live writers*: every other process that has the file, its ``-wal`` or its
+``-shm`` open) from writing while we hold the lock:
+
+1. find the live writers (``/proc/<pid>/fd``, or ``lsof`` where there is no
+   ``/proc``), outside any freeze;
+2. rest, so that since our last freeze the gateway ran at least
+   ``rest_ratio`` times as long as it was stopped;
+3. take the gate's own lock file (two processes of this tool never freeze at
+   the same time), tell the watchdog what is about to be stopped, send SIGSTOP
+   to each writer and wait until every one of its threads is stopped (state
+   ``T``); a process that opened the store since the scan is stopped too;
+4. ``BEGIN IMMEDIATE`` without waiting; busy means a writer was inside its own
+   transaction: resume everyone, back off a few milliseconds and try again;
+5. run the caller's statements (a SQLite progress handler rolls them back if
+   the freeze would outlast ``cap``), COMMIT, SIGCONT at once; then, with
+   everyone running again, make the commit durable (fsync of the WAL) and
+   checkpoint (PASSIVE) outside the freeze.
+
+The watchdog (:mod:`triggerfish_cli.storage.watchdog`) is a process of its own,
+in its own session, started before the first freeze: it resumes every frozen
+process the moment we die for any reason (kill -9 included) and whenever a
+freeze outlasts ``deadline``. SIGINT, SIGTERM, SIGTSTP, SIGHUP and SIGQUIT are
+held back during a freeze, so Ctrl-C or Ctrl-Z land after SIGCONT.
+
+Signal hygiene: a pid is signalled only while its start time is the one the
+scan saw (a reused pid is not the gateway); a process already stopped by
+someone else (Ctrl-Z, a debugger) is left alone, never resumed by us; we never
+stop ourselves or the watchdog.
+
+Modes (``--live-writers``, ``TRIGGERFISH_LIVE_WRITERS``, ``storage:
+live_writers``): ``freeze`` (the default), ``refuse`` (exit 6 naming each live
+writer) and ``ignore`` (no gate: the gateway's writes may fail). Live writers we
+may not signal (another user, another PID namespace: found through the lock
+SQLite's connections hold on the ``-shm`` file) are refused under ``freeze``
+too. Nothing here applies to Postgres or S3, which have real concurrency
+control.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from triggerfish_cli.errors import BusyError, UsageError
+from triggerfish_cli.storage.live_writers import (
+    GONE,
+    SHM_WRITE_LOCK,
+    STOPPED,
+    LiveWriter,
+    describe_writers,
+    live_writers,
+    process_table,
+    shm_lock_holder,
+    store_files,
+    writer_of,
+)
+from triggerfish_cli.storage.watchdog import Watchdog
+
+MODES = ("freeze", "refuse", "ignore")
+DEFAULT_MODE = "freeze"
+MODE_ENV = "TRIGGERFISH_LIVE_WRITERS"
+
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP, signal.SIGQUIT)
+
+
+def check_mode(value: str, where: str = "--live-writers") -> str:
+    if value not in MODES:
+        raise UsageError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
+    return value
+
+
+#: The mode the operator chose for this process (--live-writers or its
+#: environment variable), which overrides a ``storage: live_writers`` setting.
+_chosen: str | None = None
+
+
+def choose_mode(mode: str | None) -> None:
+    """Set (or, with None, forget) the operator's choice for every store this process opens."""
+    global _chosen
+    _chosen = None if mode is None else check_mode(mode)
+
+
+def mode_for(setting: str | None) -> str:
+    """The mode a store opens with: the operator's choice, else its setting, else freeze."""
+    return _chosen or setting or DEFAULT_MODE
+
+
+@dataclass
+class GateStats:
+    """What the gate did during one provider's life (for results, metrics and benches)."""
+
+    transactions: int = 0
+    #: Transactions that froze live writers.
+    freezes: int = 0
+    frozen_seconds: float = 0.0
+    longest_freeze: float = 0.0
+    #: Tries given up because a writer was inside its own transaction.
+    busy_retries: int = 0
+    #: Tries given up because a writer did not stop in time.
+    stop_timeouts: int = 0
+    #: Freezes the watchdog ended (a deadline passed).
+    watchdog_resumes: int = 0
+    #: Transactions rolled back because they would have outlasted the cap.
+    cut_short: int = 0
+    writers: set[int] = field(default_factory=set)
+    started: float = field(default_factory=time.monotonic)
+
+    def as_dict(self) -> dict[str, Any]:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        return {
+            "transactions": self.transactions,
+            "freezes": self.freezes,
+            "frozen_seconds": round(self.frozen_seconds, 4),
+            "longest_freeze_ms": round(self.longest_freeze * 1000, 1),
+            "frozen_share": round(min(self.frozen_seconds / elapsed, 1.0), 4),
+            "busy_retries": self.busy_retries,
+            "stop_timeouts": self.stop_timeouts,
+            "watchdog_resumes": self.watchdog_resumes,
+            "cut_short": self.cut_short,
+            "live_writers": len(self.writers),
+        }
+
+
+class FreezeTooLong(BusyError):
+    """The transaction would have kept the gateway stopped longer than the gate allows."""
+
+
+# -- the gate ------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Hold the signals that would stop or end us during a freeze (main thread, Unix)."""
+    if not hasattr(signal, "pthread_sigmask") or (
+        threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+class _Freeze:
+    """One freeze: what we stopped, since when, and the cap of its transaction."""
+
+    def __init__(self, started: float, cap: float) -> None:
+        self.started = started
+        self.cap_at = started + cap
+        self.stopped: list[LiveWriter] = []
+
+
+class WriteGate:
+    """Every write transaction on one SQLite store (see the module docstring)."""
+
+    #: The freeze a caller's batch should aim at (seconds of lock per batch).
+    budget: ClassVar[float] = 0.02
+
+    def __init__(
+        self,
+        db: Path,
+        mode: str = DEFAULT_MODE,
+        *,
+        busy_timeout_ms: int = 5000,
+        cap: float = 0.08,
+        deadline: float = 0.3,
+        stop_timeout: float = 0.05,
+        rest_ratio: float = 1.5,
+        min_rest: float = 0.01,
+        patience: float | None = None,
+    ) -> None:
+        self.db = db
+        self.mode = check_mode(mode)
+        self.busy_timeout_ms = busy_timeout_ms
+        self.cap = cap
+        self.deadline = deadline
+        self.stop_timeout = stop_timeout
+        self.rest_ratio = rest_ratio
+        self.min_rest = min_rest
+        self.patience = busy_timeout_ms / 1000 if patience is None else patience
+        self.stats = GateStats()
+        self.table = process_table()
+        self._watchdog: Watchdog | None = None
+        self._lock_fd: int | None = None
+        self._wal_fd: int | None = None
+        self._known: set[int] = set()
+        self._resumed_at = 0.0
+        self._last_freeze = 0.0
+        #: fsync the WAL after each commit (off for idempotent bulk jobs: a sweep).
+        self.durable = True
+        #: The PASSIVE checkpoint after the last commit: (busy, WAL frames, checkpointed).
+        self.last_checkpoint: tuple[int, int, int] = (0, 0, 0)
+        self._wal_mode: bool | None = None
+        #: Seconds the last transaction held the write lock, and whether it froze anyone.
+        self.last_hold = 0.0
+        self.last_frozen = False
+        #: Called with each freeze's (seconds stopped, writers) for tests and benches.
+        self.on_freeze: Callable[[float, int], None] | None = None
+
+    # -- who is there ----------------------------------------------------------------
+
+    def writers(self) -> list[LiveWriter]:
+        if self.table is not None:
+            self._known = self.table.pids()
+        found = [
+            writer
+            for writer in live_writers(self.db, self.table)
+            if self._watchdog is None or writer.pid != self._watchdog.pid
+        ]
+        self.stats.writers.update(writer.pid for writer in found)
+        return found
+
+    def refuse_if_needed(self, writers: Sequence[LiveWriter]) -> None:
+        if not writers or self.mode == "ignore":
+            return
+        if self.mode == "refuse":
+            raise BusyError(
+                f"{self.db}: live writers have the store open: {describe_writers(writers)}",
+                hint="stop the gateway first, or --live-writers freeze to stop it for each "
+                "short write (the default)",
+            )
+        blocked = [writer for writer in writers if not writer.may_signal]
+        if blocked:
+            why = blocked[0].why_not or "we may not signal it"
+            raise BusyError(
+                f"{self.db}: a live writer we cannot pause has the store open: "
+                f"{describe_writers(blocked)} ({why}); nothing was written",
+                hint="run triggerfish-admin where the gateway runs, as its user, "
+                "or stop the gateway first",
+            )
+        if self.table is None:
+            raise BusyError(
+                f"{self.db}: the store is open by another process, and this system cannot "
+                "pause it; nothing was written",
+                hint="stop the gateway first",
+            )
+
+    # -- the transaction -------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` ... ``COMMIT`` with every live writer stopped meanwhile."""
+        self.stats.transactions += 1
+        self.prepare(conn)
+        writers = [] if self.mode == "ignore" else self.writers()
+        self.refuse_if_needed(writers)
+        give_up = time.monotonic() + self.patience
+        backoff = 0.002
+        while writers:
+            self._rest()
+            with signals_held():
+                freeze = self._freeze(conn, writers)
+                if freeze is not None:
+                    began = time.monotonic()
+                    try:
+                        with self._capped(conn, freeze):
+                            yield conn
+                        conn.execute("COMMIT")
+                    except BaseException:
+                        if conn.in_transaction:
+                            conn.execute("ROLLBACK")
+                        raise
+                    finally:
+                        self.last_hold, self.last_frozen = time.monotonic() - began, True
+                        self._thaw(freeze)
+                    self._after_commit(conn)
+                    return
+            if time.monotonic() >= give_up:
+                raise BusyError(
+                    f"{self.db}: no moment between the live writers' own transactions in "
+                    f"{self.patience:g} s ({describe_writers(writers)}); nothing was written",
+                    hint="retry later, or raise storage.busy_timeout_ms",
+                )
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 0.05)
+            writers = self.writers()
+            self.refuse_if_needed(writers)
+        # Nobody to pause (or the gate is off): a plain transaction, our busy timeout applies.
+        conn.execute("BEGIN IMMEDIATE")
+        began = time.monotonic()
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+        finally:
+            self.last_hold, self.last_frozen = time.monotonic() - began, False
+        self._after_commit(conn)
+
+    def _rest(self) -> None:
+        """Let the gateway run ``rest_ratio`` times as long as our last freeze stopped it."""
+        if not self._resumed_at:
+            return
+        rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
+        left = self._resumed_at + rest - time.monotonic()
+        if left > 0:
+            time.sleep(left)
+
+    def _freeze(self, conn: sqlite3.Connection, writers: Sequence[LiveWriter]) -> _Freeze | None:
+        """Stop ``writers`` and take the write lock; None when this try must be given up."""
+        assert self.table is not None
+        if shm_lock_holder(self.db, SHM_WRITE_LOCK) is not None:
+            self.stats.busy_retries += 1
+            return None  # a writer is inside its own transaction: let it finish first
+        if not self._gate_lock():
+            return None  # another process of ours is freezing right now
+        freeze = _Freeze(time.monotonic(), self.cap)
+        try:
+            if not self._stop(freeze, writers):
+                self._abandon(freeze)
+                return None
+            late = self._late_openers(writers)
+            if late and not self._stop(freeze, late):
+                self._abandon(freeze)
+                return None
+            conn.execute("PRAGMA busy_timeout=0")
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) and "busy" not in str(exc):
+                    raise
+                self.stats.busy_retries += 1
+                self._abandon(freeze)
+                return None
+            finally:
+                conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
+        except BaseException:
+            self._abandon(freeze)
+            raise
+        return freeze
+
+    def _stop(self, freeze: _Freeze, writers: Sequence[LiveWriter]) -> bool:
+        """SIGSTOP ``writers`` (registered with the watchdog first); wait for every thread."""
+        assert self.table is not None
+        targets = []
+        for writer in writers:
+            if writer.start and self.table.start_time(writer.pid) != writer.start:
+                continue  # gone, or the pid now belongs to another process
+            state = self.table.state(writer.pid)
+            if state is None or state in STOPPED or state in GONE:
+                continue  # gone, or stopped by someone else: theirs to resume, not ours
+            targets.append(writer)
+        if not targets:
+            return True
+        watchdog = self._watchdog_ready()
+        watchdog.guard(
+            freeze.started + self.deadline,
+            [(writer.pid, writer.start) for writer in (*freeze.stopped, *targets)],
+        )
+        for writer in targets:
+            try:
+                os.kill(writer.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                continue
+            freeze.stopped.append(writer)
+        until = time.monotonic() + self.stop_timeout
+        pending = [writer.pid for writer in targets]
+        while pending:
+            pending = [pid for pid in pending if not self.table.stopped(pid)]
+            if not pending:
+                break
+            if time.monotonic() >= until:
+                self.stats.stop_timeouts += 1
+                return False
+            time.sleep(0.0002)
+        return True
+
+    def _late_openers(self, writers: Sequence[LiveWriter]) -> list[LiveWriter]:
+        """Processes started since the scan that have the store open (checked while frozen)."""
+        assert self.table is not None
+        new = self.table.pids() - self._known - {writer.pid for writer in writers}
+        if not new:
+            return []
+        late = [writer_of(self.table, pid) for pid in self.table.openers(new, store_files(self.db))]
+        if self._watchdog is not None:
+            late = [writer for writer in late if writer.pid != self._watchdog.pid]
+        if any(not writer.may_signal for writer in late):
+            return []  # cannot stop it; BEGIN may still succeed, and it is refused next time
+        return late
+
+    def _abandon(self, freeze: _Freeze) -> None:
+        self._resume(freeze)
+        self._release_gate_lock()
+        return None
+
+    def _resume(self, freeze: _Freeze) -> None:
+        for writer in freeze.stopped:
+            table = self.table
+            if writer.start and table is not None and table.start_time(writer.pid) != writer.start:
+                continue
+            with contextlib.suppress(OSError):
+                os.kill(writer.pid, signal.SIGCONT)
+        if freeze.stopped and self._watchdog is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._watchdog.released()
+
+    def _thaw(self, freeze: _Freeze) -> None:
+        self._resume(freeze)
+        self._release_gate_lock()
+        now = time.monotonic()
+        held = now - freeze.started
+        self._resumed_at, self._last_freeze = now, held
+        if freeze.stopped:
+            self.stats.freezes += 1
+            self.stats.frozen_seconds += held
+            self.stats.longest_freeze = max(self.stats.longest_freeze, held)
+            if self._watchdog is not None:
+                self.stats.watchdog_resumes += self._watchdog.fired()
+            if self.on_freeze is not None:
+                self.on_freeze(held, len(freeze.stopped))
+
+    @contextlib.contextmanager
+    def _capped(self, conn: sqlite3.Connection, freeze: _Freeze) -> Iterator[None]:
+        """Interrupt the statements (rolled back) when the freeze reaches its cap."""
+        cut = [False]
+
+        def check() -> int:
+            if time.monotonic() >= freeze.cap_at:
+                cut[0] = True
+                return 1
+            return 0
+
+        conn.set_progress_handler(check, 2000)
+        try:
+            yield
+            if time.monotonic() >= freeze.cap_at:
+                cut[0] = True  # the last statement ended past the cap: give it all back
+                raise sqlite3.OperationalError("interrupted")
+        except sqlite3.OperationalError as exc:
+            if cut[0] and "interrupt" in str(exc):
+                self.stats.cut_short += 1
+                raise FreezeTooLong(
+                    f"{self.db}: this write needs the lock for longer than the live writers "
+                    f"may be paused ({self.cap * 1000:.0f} ms); it was rolled back, nothing "
+                    "was written",
+                    hint="stop the gateway first, or --live-writers ignore to write anyway "
+                    "(the gateway's writes may fail meanwhile)",
+                ) from None
+            raise
+        finally:
+            conn.set_progress_handler(None, 0)
+
+    def prepare(self, conn: sqlite3.Connection) -> None:
+        """Our writing connection: no fsync and no checkpoint inside a commit (WAL).
+
+        Both run after the commit instead, with everyone running again
+        (:meth:`_after_commit`): an automatic checkpoint inside our COMMIT made
+        freezes 300-380 ms long against the real gateway (WRITE-GATE.md).
+        """
+        if self._wal_mode is not None:
+            return
+        row = conn.execute("PRAGMA journal_mode").fetchone()
+        self._wal_mode = bool(row) and str(row[0]).lower() == "wal"
+        if self._wal_mode:
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+
+    def _after_commit(self, conn: sqlite3.Connection) -> None:
+        """With everyone running again: make the commit durable, keep the WAL short."""
+        if not self._wal_mode:
+            return
+        if self.durable:
+            wal = self._wal()
+            if wal is not None:
+                with contextlib.suppress(OSError):
+                    os.fsync(wal)
+        with contextlib.suppress(sqlite3.Error):
+            row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if row:
+                self.last_checkpoint = (int(row[0]), int(row[1]), int(row[2]))
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _watchdog_ready(self) -> Watchdog:
+        if self._watchdog is None or not self._watchdog.alive():
+            if self._watchdog is not None:
+                self._watchdog.close()
+            try:
+                self._watchdog = Watchdog()
+            except OSError as exc:
+                raise BusyError(
+                    f"{self.db}: cannot start the write gate's watchdog ({exc}); nothing "
+                    "was written",
+                    hint="stop the gateway first, or --live-writers ignore",
+                ) from None
+        return self._watchdog
+
+    def _gate_lock(self) -> bool:
+        if self._lock_fd is None:
+            path = os.path.realpath(self.db) + "-tfadmin-gate.lock"
+            try:
+                self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            except OSError:
+                return True  # a read-only directory: no other process of ours can write either
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        return True
+
+    def _release_gate_lock(self) -> None:
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _wal(self) -> int | None:
+        if self._wal_fd is None:
+            # SQLite takes no POSIX lock on the WAL itself, so this descriptor may close.
+            with contextlib.suppress(OSError):
+                self._wal_fd = os.open(store_files(self.db)[1], os.O_RDONLY | os.O_CLOEXEC)
+        return self._wal_fd
+
+    def close(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.close()
+            self._watchdog = None
+        for name in ("_lock_fd", "_wal_fd"):
+            fd = getattr(self, name)
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+                setattr(self, name, None)
+
