@@ -38,6 +38,8 @@ def test_core_never_prints_or_exits() -> None:
     for path in PACKAGE.rglob("*.py"):
         if "cli" in path.relative_to(PACKAGE).parts[:1] or path.name == "__main__.py":
             continue
+        if path.relative_to(PACKAGE).as_posix() == "storage/watchdog.py":
+            continue  # a program of its own (the write gate's watchdog process)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
