@@ -45,6 +45,10 @@ UPSTREAM = [
     "workflow-runs:",
     "prefs:",
     "browser:",
+    "session-id:",
+    "workflow-versions:",
+    "delegation:",
+    "healthcheck:",
 ]
 
 
@@ -177,3 +181,29 @@ def test_time_reader_and_record_iso_agree_with_record_time(
     assert iso == (None if expected is None else canonical_iso(expected.isoformat()))
     for loads in (None, json.loads):
         assert namespaces.time_reader(namespace, loads)(key, value) == iso
+
+
+def _first_column(readme: str, heading: str) -> set[str]:
+    """The backticked names in the first column of the table under ``heading``."""
+    section = readme.split(heading, 1)[1]
+    names: set[str] = set()
+    started = False
+    for line in section.splitlines():
+        if line.startswith("|"):
+            started = True
+            first = line.split("|")[1]
+            names.update(part.strip("`") for part in first.split(", ") if part.strip())
+        elif started:
+            break
+    return {name.strip().strip("`") for name in names}
+
+
+def test_the_readme_lists_every_namespace_in_both_tables() -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    prefixes = set(namespaces.PREFIXES)
+    table = _first_column(readme, "#### Namespaces\n") - {"namespace", "---"}
+    policies = _first_column(readme, "#### Policies\n") - {"namespace", "---"}
+    assert table == prefixes
+    assert policies == prefixes

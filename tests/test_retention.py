@@ -25,6 +25,7 @@ def test_defaults_follow_the_spec_and_the_issue() -> None:
     assert specs == {
         "sessions:": "30d",
         "main-session-id": "forever",
+        "session-id:": "forever",
         "taint:": "follows sessions:",
         "memory:": "forever",
         "conv:": "30d",
@@ -41,11 +42,14 @@ def test_defaults_follow_the_spec_and_the_issue() -> None:
         "exec:": "30d",
         "skills:": "forever",
         "config:": "keep 10",
-        "todos:": "forever",
+        "todos:": "30d",  # scheduler-run lists only (issue #17); other lists never
         "pairing:": "expired",
         "team:": "forever",
         "workflows:": "forever",
         "workflow-runs:": "30d",
+        "workflow-versions:": "forever",
+        "delegation:": "forever",
+        "healthcheck:": "forever",
         "prefs:": "forever",
         "browser:": "forever",
     }

@@ -24,8 +24,11 @@ from tests.helpers.records import (
     memory,
     notification,
     pairing_code,
+    scheduler_todos,
     session,
+    session_id,
     workflow_run,
+    workflow_version,
 )
 from triggerfish_cli import namespaces
 from triggerfish_cli.retention import Policies, defaults, load_policies
@@ -183,6 +186,81 @@ def test_followers_are_never_deleted_when_their_records_were_not_read() -> None:
         [session("old", ago(90))], complete=["sessions:", "main-session-id"]
     )  # conv not read: activity unknown
     assert deleted(plan) == set()
+
+
+def test_a_channels_current_session_never_goes() -> None:
+    rows = [
+        session("current", ago(90)),
+        session("other", ago(90)),
+        session_id("telegram", "current", ago(90)),
+        ("main-session-id", js({"id": "main", "createdAt": iso(ago(300))})),
+    ]
+    assert deleted(plan_of(rows)) == {"sessions:other"}
+    # session-id: not read in full: which sessions are in use is unknown, none goes
+    plan = plan_of(rows, complete=["sessions:", "main-session-id", "conv:"])
+    assert deleted(plan) == set()
+
+
+# -- scheduler runs: no sessions: record, everything aged by its own times -------------
+
+
+def test_scheduler_runs_age_by_their_own_times_never_as_orphans() -> None:
+    """Cron, trigger and webhook runs have a session id and no sessions: record."""
+    rows = [
+        # a run 40 days ago: messages, counter, lineage, todo list all go
+        conv("run-old", 0, ago(40)),
+        conv("run-old", 1, ago(40)),
+        conv_session("run-old", 1),
+        lineage("l-old", ago(100)),
+        ("lineage-session:run-old:l-old", "l-old"),
+        scheduler_todos("cron", ago(40), (ago(40), ago(40))),
+        # a run two days ago: nothing goes, though it has no sessions: record either
+        conv("run-new", 0, ago(2)),
+        conv_session("run-new", 0),
+        lineage("l-new", ago(2)),
+        ("lineage-session:run-new:l-new", "l-new"),
+        scheduler_todos("webhook-github", ago(2), (ago(2), ago(2))),
+        # an old run whose list was updated five days ago: the list stays
+        scheduler_todos("trigger", ago(40), (ago(40), ago(5))),
+        # the owner's own list: never, whatever its items say
+        ("todos:main-session", js({"todos": [{"created_at": iso(ago(400))}]})),
+        ("todos:scheduler-cron-soon", js({"todos": []})),  # no run time: age unknown
+    ]
+    plan = plan_of(rows)
+    old_todos = rows[5][0]
+    assert deleted(plan) == {
+        "conv:run-old:000000000000",
+        "conv:run-old:000000000001",
+        "conv-session:run-old",
+        "lineage:l-old",
+        "lineage-session:run-old:l-old",
+        old_todos,
+    }
+    assert unknown(plan) == {
+        "todos:scheduler-cron-soon": "no run time (-<ms>) at the end of the key"
+    }
+    todo = next(a for a in plan.actions() if a.key == old_todos)
+    assert todo.reason == "scheduler run idle for more than 30d"
+    assert load_policies({"todos": "forever"})["todos:"].kind == "forever"
+    assert deleted(plan_of(rows, load_policies({"todos": "forever"}))) == deleted(plan) - {
+        old_todos
+    }
+
+
+def test_workflow_versions_only_resolved_ones_and_only_with_a_policy() -> None:
+    rows = [
+        workflow_version("w", "v1", ago(200), ago(199), "APPROVED"),
+        workflow_version("w", "v2", ago(200), None, "PROPOSED"),  # open: never
+        workflow_version("w", "v3", ago(20), ago(10), "REJECTED"),
+        ("workflow-versions:w:v4", js({"version": {"resolvedAt": "soon"}})),
+    ]
+    assert deleted(plan_of(rows)) == set()  # forever by default
+    plan = plan_of(rows, load_policies({"workflow-versions": "90d"}))
+    assert deleted(plan) == {"workflow-versions:w:v1"}
+    assert unknown(plan) == {"workflow-versions:w:v4": "no readable version.resolvedAt"}
+    assert namespaces.record_time(
+        namespaces.get("workflow-versions:"), rows[1][0], rows[1][1]
+    ) == parse_iso(iso(ago(200)))  # the age reads proposedAt when nothing resolved it
 
 
 # -- audit, cron, notifications, pairing, workflow runs, config -----------------------
@@ -415,6 +493,8 @@ _policy_sections = st.fixed_dictionaries(
     {},
     optional={
         **{name: _durations for name in _AGE_NAMESPACES},
+        "todos": _durations,
+        "workflow-versions": _durations,
         "hold": st.lists(st.sampled_from([ns.name for ns in namespaces.NAMESPACES]), max_size=4),
     },
 )
@@ -445,6 +525,9 @@ def _record(draw: st.DrawFn) -> tuple[str, str]:
                 "exec",
                 "config",
                 "workflow-runs",
+                "workflow-versions",
+                "todos",
+                "session-id",
                 "unknown",
                 "main",
                 "bare",
@@ -489,6 +572,17 @@ def _record(draw: st.DrawFn) -> tuple[str, str]:
         return f"config:v{draw(st.integers(1, 15))}", js({"createdAt": at})
     if kind == "workflow-runs":
         return f"workflow-runs:{sid}", js({"completedAt": at})
+    if kind == "workflow-versions":
+        version = {"proposedAt": at} | ({"resolvedAt": draw(_times)} if draw(st.booleans()) else {})
+        return f"workflow-versions:w:{sid}", js({"version": version})
+    if kind == "todos":
+        agent = draw(st.sampled_from(["main-session", f"scheduler-cron-{sid}"]))
+        hours = draw(st.integers(-24 * 500, 24 * 500))
+        if agent != "main-session":
+            agent = f"scheduler-cron-{int((NOW - timedelta(hours=hours)).timestamp() * 1000)}"
+        return f"todos:{agent}", js({"todos": [{"created_at": at, "updated_at": draw(_times)}]})
+    if kind == "session-id":
+        return f"session-id:{draw(st.sampled_from(['telegram', 'slack']))}", js({"id": sid})
     if kind == "main":
         return "main-session-id", sid
     if kind == "bare":
@@ -536,5 +630,18 @@ def test_plan_never_deletes_what_it_must_not(
                 assert json.loads(store[action.key])["expired"] is True
             if ns.prefix == "sessions:":
                 assert action.key != "sessions:" + store.get("main-session-id", "")
+                current = [
+                    json.loads(v)["id"] for k, v in store.items() if k.startswith("session-id:")
+                ]
+                assert action.key.removeprefix("sessions:") not in current
+            if ns.prefix == "todos:":
+                assert action.key.startswith("todos:scheduler-")
+                items = json.loads(store[action.key])["todos"]
+                raw = [i.get(f) for i in items for f in ("created_at", "updated_at")]
+                times = [parse_iso(value) for value in raw if value is not None]
+                assert all(t is not None and t < cutoff for t in times), raw
+            if ns.prefix == "workflow-versions:":
+                resolved = parse_iso(json.loads(store[action.key])["version"].get("resolvedAt"))
+                assert resolved is not None and resolved < cutoff
     listed = set(unknown(plan))
     assert not {a.key for a in plan.actions() if a.is_delete} & listed

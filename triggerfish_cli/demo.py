@@ -1,12 +1,33 @@
 """A realistic store to try the tool on: written exactly as the gateway writes.
 
-``build_demo`` produces the key and value shapes of ``UPSTREAM.md``: lowercase
-UUID v4 ids, compact ``JSON.stringify`` values, ``...Z`` millisecond times
-spread over the last ``days`` days, bare-string values where the gateway
-writes them, memory records in kv and (on SQLite) in ``memory_fts`` and
-``memory_meta``, with the gateway's real gaps: memories of scheduler agents
-(cron and webhook runs) are in kv only, soft-deleted ones are only in kv,
-and a few index rows are stale.
+``build_demo`` produces the key and value shapes of ``UPSTREAM.md``, record
+for record: lowercase UUID v4 ids, compact ``JSON.stringify`` values with the
+gateway's field order, ``...Z`` millisecond times spread over the last
+``days`` days, bare-string values where the gateway writes them.
+
+- Owner sessions (the main one is the oldest) with their conversations,
+  numbered from 0 (:mod:`triggerfish_cli.demo_conversations`): user and
+  assistant messages, ``tool_call`` messages each with its lineage record
+  and index keys, ``compaction_summary`` messages in long sessions; the
+  session's taint and history follow the tools' data. ``session-id:<channel>``
+  names each channel's current session.
+- Scheduler runs: cron jobs (``cron:``, ``cron-history:`` of up to 100 runs),
+  the periodic trigger and webhooks. Each run has a fresh session id and no
+  ``sessions:`` record, its own messages and lineage keys, sometimes a
+  ``todos:scheduler-<channel>-<ms>`` list and memories of agent
+  ``scheduler-<channel>-<ms>`` (with a ``lineageId``); the newest run of each
+  source is ``trigger:last:<source>``, its output an undelivered
+  notification.
+- Memories in kv and (on SQLite) in ``memory_fts`` and ``memory_meta``, with
+  the gateway's real gaps: scheduler agents' memories are in kv only,
+  soft-deleted ones are only in kv, and a few index rows are stale.
+- Pairing codes (mostly expired, one pending with an ``expiresAt`` ahead) and
+  linked accounts, teams, workflows with their versions and runs,
+  preferences and the browser watermark.
+
+Not written, as on a real store: ``delegation:`` (not wired in the gateway
+yet), ``healthcheck:test`` (deleted at once), and the design-only ``taint:``,
+``audit:``, ``exec:``, ``skills:``, ``config:v<N>``.
 
 It is deterministic: the same seed, record count, day span and anchor time
 give the same bytes.
@@ -14,14 +35,14 @@ give the same bytes.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+from triggerfish_cli.demo_conversations import Session, Writer
 from triggerfish_cli.errors import RefusedError, UsageError
 from triggerfish_cli.namespaces import group_of
 from triggerfish_cli.serialization import dumps, to_iso
@@ -30,6 +51,9 @@ from triggerfish_cli.storage.provider import StorageProvider
 LEVELS = ("PUBLIC", "INTERNAL", "CONFIDENTIAL", "RESTRICTED")
 LEVEL_WEIGHTS = (40, 30, 20, 10)
 CHANNELS = ("telegram", "slack", "discord", "webchat", "email", "signal")
+WEBHOOK_SOURCES = ("github", "stripe", "uptime")
+#: Version of the generator's output: bench stores built by another are stale.
+GENERATOR = 2
 
 # The gateway's memory search tables, exactly as it creates them.
 MEMORY_FTS_SQL = (
@@ -116,6 +140,12 @@ class _Gen:
         text = f"{bits:032x}"
         return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
 
+    def cache_id(self) -> str:
+        return f"{self.rng.getrandbits(24):06x}"
+
+    def word(self) -> str:
+        return self.rng.choice(_WORDS)
+
     def moment(self, after: datetime | None = None, within: float | None = None) -> datetime:
         if after is None:
             return self.now - timedelta(seconds=self.rng.random() * self.span)
@@ -134,6 +164,15 @@ def _quota(records: int, share: float, minimum: int = 1) -> int:
     return max(minimum, int(records * share))
 
 
+def _millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+Rows = list[tuple[str, str]]
+FtsRows = list[tuple[str, str, str, str, str]]
+MetaRows = list[tuple[str, str, str, str]]
+
+
 def generate(
     records: int,
     *,
@@ -142,9 +181,7 @@ def generate(
     days: int = 400,
     memories: int | None = None,
     memory_words: int | None = None,
-) -> tuple[
-    list[tuple[str, str]], list[tuple[str, str, str, str, str]], list[tuple[str, str, str, str]]
-]:
+) -> tuple[Rows, FtsRows, MetaRows]:
     """``(kv rows, memory_fts rows, memory_meta rows)`` for a store of ``records`` keys.
 
     ``memories`` (at most half of ``records``) sets the number of memory
@@ -158,121 +195,111 @@ def generate(
     anchor = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     g = _Gen(seed, anchor, days)
     rng = g.rng
-    rows: list[tuple[str, str]] = []
-    fts: list[tuple[str, str, str, str, str]] = []
-    meta: list[tuple[str, str, str, str]] = []
-
-    main_id = g.uuid()
+    rows: Rows = []
+    fts: FtsRows = []
+    meta: MetaRows = []
     owner = g.uuid()
-    first = g.moment()
-    rows.append(("main-session-id", dumps({"id": main_id, "createdAt": to_iso(first)})))
+
+    # Owner sessions: ids and times now, records once their conversations are known.
+    main = Session(g.uuid(), anchor - timedelta(seconds=g.span), anchor, channel="webchat")
+    sessions = [main]
+    for _ in range(_quota(records, 0.05) - 1):
+        sessions.append(Session(g.uuid(), g.moment(), anchor, channel=rng.choice(CHANNELS)))
+    rows.append(("main-session-id", dumps({"id": main.sid, "createdAt": to_iso(main.created)})))
     rows.append(("prefs:owner:bumpers_default", "true"))
     rows.append(("browser:profile:main-session:watermark", "CONFIDENTIAL"))
-    rows.append(
-        (
-            "todos:main-session",
-            dumps(
-                {
-                    "todos": [
-                        {
-                            "id": g.uuid(),
-                            "content": g.text(1, 1),
-                            "status": rng.choice(["pending", "done"]),
-                            "priority": rng.choice(["low", "medium", "high"]),
-                            "created_at": to_iso(g.moment()),
-                            "updated_at": to_iso(g.moment()),
-                        }
-                        for _ in range(3)
-                    ]
-                }
-            ),
-        )
+    rows.append(("todos:main-session", dumps({"todos": [_todo(g) for _ in range(3)]})))
+
+    runs = _cron_and_runs(g, records, rows)
+    _pairing(g, records, rows)
+    _workflows(g, records, rows)
+
+    # What is written after the conversations, reserved now.
+    count = _quota(records, 0.08) if memories is None else memories
+    notes = _quota(records, 0.02)
+    channels = sorted({s.channel for s in sessions})
+    sources = sorted({run.source for run in runs})
+    todo_runs = {run.sid for run in runs if rng.random() < 0.3}
+    reserved = count + notes + len(sessions) + len(channels) + len(sources) + len(todo_runs)
+
+    writer = Writer(g, owner, rows)
+    budget = records - len(rows) - reserved
+    for run in runs:
+        planned, used = writer.plan(run, budget)
+        writer.write(run, planned)
+        budget -= used
+    # A few long sessions, many short ones; the main session alone has a twentieth.
+    weights = [rng.paretovariate(1.3) for _ in sessions]
+    weights[0] = sum(weights[1:]) / 19 if len(weights) > 1 else 1.0
+    total = sum(weights)
+    left, cumulative, given = 0, 0.0, 0
+    for index in [*range(1, len(sessions)), 0]:  # the main session last: it takes what is left
+        cumulative += weights[index]
+        share = round(budget * cumulative / total) - given
+        given += share
+        planned, used = writer.plan(sessions[index], share + left)
+        writer.write(sessions[index], planned)
+        left = share + left - used
+    for session in sessions:
+        rows.append((f"sessions:{session.sid}", _session_record(g, session, owner)))
+    for channel in channels:
+        current = max((s for s in sessions if s.channel == channel), key=lambda s: s.created)
+        value = {"id": current.sid, "createdAt": to_iso(current.created)}
+        rows.append((f"session-id:{channel}", dumps(value)))
+    for run in runs:
+        if run.sid in todo_runs:
+            rows.append(writer.todos(run))
+    for source in sources:
+        newest = max((run for run in runs if run.source == source), key=lambda r: r.created)
+        rows.append(_trigger_result(g, newest))
+
+    texts = _zipf_texts(seed, memory_words) if memory_words else None
+    rows.extend(_memories(g, count, sessions, runs, fts, meta, texts))
+
+    for _ in range(notes):
+        rows.append(_notification(g, owner, runs))
+    while len(rows) < records:  # lineage-hash keys that coincided, a counter that did not fit
+        rows.append(_notification(g, owner, runs))
+    del rows[records:]  # only tiny stores: the fixed records alone outgrow them
+    rng.shuffle(rows)  # the gateway writes in time order, not key order
+    return rows, fts, meta
+
+
+def _todo(g: _Gen) -> dict[str, Any]:
+    created = g.moment()
+    return {
+        "id": g.uuid(),
+        "content": g.text(1, 1),
+        "status": g.rng.choice(["pending", "in_progress", "completed"]),
+        "priority": g.rng.choice(["low", "medium", "high"]),
+        "created_at": to_iso(created),
+        "updated_at": to_iso(g.moment(created)),
+    }
+
+
+def _session_record(g: _Gen, session: Session, owner: str) -> str:
+    return dumps(
+        {
+            "id": session.sid,
+            "userId": owner,
+            "channelId": session.channel,
+            "taint": session.taint,
+            "createdAt": to_iso(session.created),
+            "history": session.history,
+            "bumpersEnabled": g.rng.random() < 0.8,
+        }
     )
 
-    # Sessions, their conversation messages and sequence counters.
-    sessions = []
-    for _ in range(_quota(records, 0.08)):
-        sid = g.uuid()
-        created = g.moment()
-        taint = g.level()
-        history = []
-        previous = "PUBLIC"
-        for _step in range(rng.randint(0, 3)):
-            stamp = g.moment(created, 86400)
-            new = g.level()
-            history.append(
-                {
-                    "timestamp": to_iso(stamp),
-                    "previousLevel": previous,
-                    "newLevel": new,
-                    "reason": g.text(1, 1)[:60],
-                }
-            )
-            previous = new
-        rows.append(
-            (
-                f"sessions:{sid}",
-                dumps(
-                    {
-                        "id": sid,
-                        "userId": owner,
-                        "channelId": rng.choice(CHANNELS),
-                        "taint": taint,
-                        "createdAt": to_iso(created),
-                        "history": history,
-                        "bumpersEnabled": rng.random() < 0.8,
-                    }
-                ),
-            )
-        )
-        sessions.append((sid, created))
 
-    # Lineage records and their three kinds of index keys.
-    lineage_ids: list[str] = []
-    lineage_block: list[tuple[str, str]] = []
-    for _ in range(_quota(records, 0.06)):
-        lid = g.uuid()
-        sid, created = rng.choice(sessions)
-        content_hash = hashlib.sha256(f"{seed}:{lid}".encode()).hexdigest()
-        accessed = g.moment(created, 7 * 86400)
-        lineage_block.append(
-            (
-                f"lineage:{lid}",
-                dumps(
-                    {
-                        "lineage_id": lid,
-                        "content_hash": content_hash,
-                        "origin": {
-                            "source_type": rng.choice(["web", "file", "tool", "email"]),
-                            "source_name": rng.choice(_WORDS) + ".example.com",
-                            "accessed_at": to_iso(accessed),
-                            "accessed_by": main_id,
-                            "access_method": rng.choice(["fetch", "read", "search"]),
-                        },
-                        "classification": {"level": g.level(), "reason": g.text(1, 1)[:80]},
-                        "sessionId": sid,
-                    }
-                ),
-            )
-        )
-        lineage_block.append((f"lineage-session:{sid}:{lid}", lid))
-        lineage_block.append((f"lineage-hash:{content_hash}", lid))
-        if lineage_ids and rng.random() < 0.25:
-            parent = rng.choice(lineage_ids)
-            lineage_block.append((f"lineage-fwd:{parent}:{lid}", lid))
-        lineage_ids.append(lid)
-    rows.extend(lineage_block)
-
-    # Persistent memories (see the module docstring for the gaps).
-    texts = _zipf_texts(seed, memory_words) if memory_words else None
-    count = _quota(records, 0.08) if memories is None else memories
-    memory_rows = _memories(g, count, main_id, fts, meta, texts)
-    rows.extend(memory_rows)
-
-    # Cron jobs and their run history.
+def _cron_and_runs(g: _Gen, records: int, rows: Rows) -> list[Session]:
+    """Cron jobs with their history, and the scheduler runs (cron, trigger, webhooks)."""
+    rng = g.rng
+    wanted = _quota(records, 0.015)
+    cron_runs: list[Session] = []
     for _ in range(_quota(records, 0.0005, 2)):
         jid = g.uuid()
         created = g.moment()
+        task = g.text(1, 2)
         rows.append(
             (
                 f"cron:{jid}",
@@ -280,76 +307,104 @@ def generate(
                     {
                         "id": jid,
                         "expression": rng.choice(["0 9 * * *", "*/15 * * * *", "0 0 * * 1"]),
-                        "task": g.text(1, 2),
+                        "task": task,
                         "classificationCeiling": g.level(),
                         "createdAt": to_iso(created),
-                        "enabled": rng.random() < 0.9,
+                        "enabled": True,  # a removed job is deleted, never disabled
                     }
                 ),
             )
         )
-        runs = []
+        history = []
         for _run in range(rng.randint(1, 100)):
+            started = g.moment(created)
+            duration = rng.randint(50, 90000)
+            ended = min(g.now, started + timedelta(milliseconds=duration))
             entry: dict[str, Any] = {
                 "jobId": jid,
-                "executedAt": to_iso(g.moment(created)),
-                "durationMs": rng.randint(50, 90000),
+                "executedAt": to_iso(ended),
+                "durationMs": duration,
                 "success": rng.random() < 0.9,
             }
             if not entry["success"]:
                 entry["error"] = "timeout after 90000ms"
-            runs.append(entry)
-        runs.sort(key=lambda run: run["executedAt"])
-        rows.append((f"cron-history:{jid}", dumps(runs)))
-
-    for source in ("cron", "webhook", "email", "calendar")[: max(1, min(4, records // 200))]:
-        rows.append(
-            (
-                f"trigger:last:{source}",
-                dumps(
-                    {
-                        "id": g.uuid(),
-                        "source": source,
-                        "message": g.text(1, 2),
-                        "classification": g.level(),
-                        "firedAt": to_iso(g.moment()),
-                    }
-                ),
+            history.append(entry)
+            run = Session(g.uuid(), started, ended, agent=f"scheduler-cron-{_millis(started)}")
+            run.source, run.task, run.succeeded = f"cron:{jid}", task, entry["success"]
+            cron_runs.append(run)
+        history.sort(key=lambda item: str(item["executedAt"]))
+        rows.append((f"cron-history:{jid}", dumps(history)))
+    picked = rng.sample(cron_runs, min(len(cron_runs), max(1, wanted * 7 // 10)))
+    runs = sorted(picked, key=lambda run: run.created)
+    for index in range(max(1, wanted - len(runs))):
+        started = g.moment()
+        ended = min(g.now, started + timedelta(seconds=rng.uniform(5, 120)))
+        if index % 3 == 0:
+            run = Session(g.uuid(), started, ended, agent=f"scheduler-trigger-{_millis(started)}")
+            run.source, run.task = "trigger", "Check the inbox and the calendar. " + g.text(1, 2)
+        else:
+            source = rng.choice(WEBHOOK_SOURCES)
+            event = rng.choice(["push", "issue.opened", "payment.succeeded", "check.failed"])
+            payload = dumps({"event": event, "data": {"id": g.uuid(), "note": g.text(1, 1)}})
+            run = Session(
+                g.uuid(), started, ended, agent=f"scheduler-webhook-{source}-{_millis(started)}"
             )
-        )
+            run.source = f"webhook:{source}"
+            run.task = f"Webhook event from {source}: {event}\n\nPayload:\n{payload}"
+        runs.append(run)
+    return runs
 
-    for _ in range(_quota(records, 0.02)):
-        rows.append(_notification(g, owner))
 
-    for _ in range(_quota(records, 0.001)):
+def _trigger_result(g: _Gen, run: Session) -> tuple[str, str]:
+    """``trigger:last:<source>``: the newest run's output (its error when it failed)."""
+    message = run.reply or ("NO_ACTION" if run.succeeded else "timeout after 90000ms")
+    value = {
+        "id": g.uuid(),
+        "source": run.source,
+        "message": message,
+        "classification": run.taint,
+        "firedAt": to_iso(run.last_time or run.created),
+    }
+    return f"trigger:last:{run.source}", dumps(value)
+
+
+def _pairing(g: _Gen, records: int, rows: Rows) -> None:
+    """Pairing codes, mostly past their expiresAt, one pending; linked accounts."""
+    rng = g.rng
+    for index in range(_quota(records, 0.001)):
         channel = rng.choice(CHANNELS)
         code = f"{rng.randint(0, 999999):06d}"
-        rows.append(
-            (
-                f"pairing:{channel}:{code}",
-                dumps(
-                    {
-                        "code": code,
-                        "channelType": channel,
-                        "expiresAt": to_iso(g.moment() + timedelta(minutes=10)),
-                        "used": rng.random() < 0.5,
-                    }
-                ),
-            )
+        pending = index == 0 and records >= 200
+        expires = (
+            g.now + timedelta(seconds=rng.uniform(30, 600))
+            if pending
+            else g.moment() + timedelta(minutes=10)
         )
+        value = dumps(
+            {
+                "code": code,
+                "channelType": channel,
+                "expiresAt": to_iso(min(expires, g.now) if not pending else expires),
+                "used": False if pending else rng.random() < 0.7,
+            }
+        )
+        rows.append((f"pairing:{channel}:{code}", value))
+        if pending:
+            rows.append((f"pairing:pending:{channel}", value))
+        user = str(rng.randint(10**8, 10**9))
         rows.append(
             (
-                f"pairing:linked:{channel}:{g.uuid()}",
+                f"pairing:linked:{channel}:{user}",
                 dumps(
-                    {
-                        "channelType": channel,
-                        "platformUserId": str(rng.randint(10**8, 10**9)),
-                        "linkedAt": to_iso(g.moment()),
-                    }
+                    {"channelType": channel, "platformUserId": user, "linkedAt": to_iso(g.moment())}
                 ),
             )
         )
 
+
+def _workflows(g: _Gen, records: int, rows: Rows) -> None:
+    """Teams, workflow definitions with their versions, and workflow runs."""
+    rng = g.rng
     for _ in range(_quota(records, 0.0005)):
         tid = g.uuid()
         rows.append(
@@ -358,7 +413,7 @@ def generate(
                 dumps(
                     {
                         "id": tid,
-                        "name": rng.choice(_WORDS) + "-team",
+                        "name": g.word() + "-team",
                         "members": [g.uuid() for _ in range(3)],
                         "createdAt": to_iso(g.moment()),
                         "status": rng.choice(["active", "disbanded"]),
@@ -367,24 +422,60 @@ def generate(
             )
         )
     names = []
+    run_ids: list[str] = []
     for index in range(_quota(records, 0.0005)):
-        name = f"{rng.choice(_WORDS)}-{index}"
+        name = f"{g.word()}-{index}"
         names.append(name)
-        rows.append(
-            (
-                f"workflows:{name}",
-                dumps(
-                    {
-                        "name": name,
-                        "yaml": f"name: {name}\nsteps:\n  - run: {rng.choice(_WORDS)}\n",
-                        "classification": g.level(),
-                        "savedAt": to_iso(g.moment()),
-                    }
-                ),
+        level = g.level()
+        definition = f"name: {name}\nsteps:\n  - run: {g.word()}\n"
+        saved = g.moment()
+        stored: dict[str, Any] = {
+            "name": name,
+            "yaml": definition,
+            "classification": level,
+            "savedAt": to_iso(saved),
+        }
+        if rng.random() < 0.5:
+            stored["description"] = g.text(1, 1)
+        rows.append((f"workflows:{name}", dumps(stored)))
+        proposed = g.moment()
+        versions = rng.randint(0 if index else 1, 3)
+        for number in range(1, versions + 1):
+            source = rng.choice(["human", "self_healing"])
+            version: dict[str, Any] = {
+                "versionId": g.uuid(),
+                "workflowName": name,
+                "agentId": "main-session",
+                "versionNumber": number,
+                "definition": definition + f"  - run: {g.word()}\n",
+                "diff": f"+  - run: {g.word()}",
+                "status": "PROPOSED",
+                "source": source,
+                "authorReasoning": g.text(1, 1),
+            }
+            if source == "self_healing":
+                version["runId"] = g.uuid()
+            version["proposedAt"] = to_iso(proposed)
+            if number < versions or rng.random() < 0.6:  # the last may still be open
+                resolved = g.moment(proposed, 3 * 86400)
+                status, by = rng.choice(
+                    [
+                        ("APPROVED", "owner"),
+                        ("REJECTED", "owner: not needed"),
+                        ("SUPERSEDED", "system"),
+                    ]
+                )
+                version.update(status=status, resolvedAt=to_iso(resolved), resolvedBy=by)
+                proposed = g.moment(resolved)
+            rows.append(
+                (
+                    f"workflow-versions:{name}:{version['versionId']}",
+                    dumps({"version": version, "classification": level}),
+                )
             )
-        )
     for _ in range(_quota(records, 0.005)):
         run_id = g.uuid()
+        run_ids.append(run_id)
         started = g.moment()
         run: dict[str, Any] = {
             "runId": run_id,
@@ -398,62 +489,73 @@ def generate(
             run["completedAt"] = to_iso(g.moment(started, 3600))
         rows.append((f"workflow-runs:{run_id}", dumps(run)))
 
-    # Conversation messages fill the rest, with a counter per session.
-    rows.extend(_conversations(g, sessions, max(0, records - len(rows))))
-    while len(rows) < records:  # the last key or two, when a counter did not fit
-        rows.append(_notification(g, owner))
-    del rows[records:]
-    rng.shuffle(rows)  # the gateway writes in time order, not key order
-    return rows, fts, meta
 
-
-def _notification(g: _Gen, owner: str) -> tuple[str, str]:
+def _notification(g: _Gen, owner: str, runs: list[Session]) -> tuple[str, str]:
+    """An undelivered notification: a scheduler run's output, or another of the owner's."""
     nid = g.uuid()
-    note: dict[str, Any] = {
-        "id": nid,
-        "userId": owner,
-        "message": g.text(1, 3),
-        "priority": g.rng.choice(["low", "normal", "high"]),
-    }
-    if g.rng.random() < 0.6:
-        note["classification"] = g.level()
-    note["createdAt"] = to_iso(g.moment())
+    run = g.rng.choice(runs) if runs and g.rng.random() < 0.5 else None
+    note: dict[str, Any] = {"id": nid, "userId": owner}
+    if run is not None:
+        note["message"] = f"[{run.source}] {run.reply or g.text(1, 2)}"
+        note["priority"] = "normal"
+        note["classification"] = run.taint
+        note["createdAt"] = to_iso(run.last_time or run.created)
+    else:
+        note["message"] = g.text(1, 3)
+        note["priority"] = g.rng.choice(["low", "normal", "high"])
+        if g.rng.random() < 0.6:
+            note["classification"] = g.level()
+        note["createdAt"] = to_iso(g.moment())
     return f"notifications:{owner}:{nid}", dumps(note)
+
+
+_SCHEDULER_KEYS = ("digest", "inbox-summary", "daily-brief", "open-issues", "last-alert")
 
 
 def _memories(
     g: _Gen,
     count: int,
-    main_id: str,
-    fts: list[tuple[str, str, str, str, str]],
-    meta: list[tuple[str, str, str, str]],
+    sessions: list[Session],
+    runs: list[Session],
+    fts: FtsRows,
+    meta: MetaRows,
     texts: Callable[[], str] | None = None,
-) -> list[tuple[str, str]]:
+) -> Rows:
     rng = g.rng
-    rows: list[tuple[str, str]] = []
+    rows: Rows = []
     seen: set[str] = set()
-    agents = ["main-session"] * 6 + [
-        f"scheduler-{rng.choice(CHANNELS)}-{rng.randint(1_700_000_000_000, 1_800_000_000_000)}"
-        for _ in range(2)
-    ]
+    traced = [run for run in runs if run.lineage]
+    with_lineage = [s for s in sessions if s.lineage] or sessions
     while len(rows) < count:
-        agent = rng.choice(agents)
-        if rng.random() < 0.3:
-            key = rng.choice(_MEMORY_KEYS)
+        run = rng.choice(traced) if traced and rng.random() < 0.25 else None
+        if run is not None:
+            agent = run.agent
+            key = rng.choice(_SCHEDULER_KEYS) if rng.random() < 0.5 else f"note-{len(rows)}"
+            level = run.taint
+            created = run.created + (run.latest - run.created) * rng.random()
+            updated = created
+            source, lineage = run.sid, rng.choice(run.lineage)
         else:
-            key = f"note-{rng.randint(0, max(10, count * 2))}"
-        level = g.level()
+            agent = "main-session"
+            if rng.random() < 0.3:
+                key = rng.choice(_MEMORY_KEYS)
+            else:
+                key = f"note-{rng.randint(0, max(10, count * 2))}"
+            level = g.level()
+            created = g.moment()
+            updated = g.moment(created)
+            session = rng.choice(with_lineage)
+            source = session.sid
+            lineage = rng.choice(session.lineage) if session.lineage and rng.random() < 0.6 else ""
         storage_key = f"memory:{agent}:{level}:{key}"
         if storage_key in seen:
             continue
         seen.add(storage_key)
-        created = g.moment()
-        updated = g.moment(created)
         expired = rng.random() < 0.05
         tags = rng.sample(
             ["persona", "work", "travel", "prefs", "project", "health"], k=rng.randint(0, 2)
         )
-        record = {
+        record: dict[str, Any] = {
             "key": key,
             "agentId": agent,
             "classification": level,
@@ -462,14 +564,14 @@ def _memories(
             "createdAt": to_iso(created),
             "updatedAt": to_iso(updated),
             "expired": expired,
-            "sourceSessionId": main_id,
+            "sourceSessionId": source,
         }
-        if rng.random() < 0.5:
-            record["lineageId"] = g.uuid()
+        if lineage:
+            record["lineageId"] = lineage
         value = dumps(record)
         rows.append((storage_key, value))
         if expired or agent.startswith("scheduler-"):
-            continue  # soft-deleted or written by a cron run: never indexed
+            continue  # soft-deleted or written by a scheduler run: never indexed
         indexed = value
         if rng.random() < 0.02:  # edited in kv alone: the index is stale
             stale = dict(record, content=g.text(1, 2), updatedAt=to_iso(created))
@@ -518,46 +620,6 @@ def _zipf_texts(seed: int, words: int) -> Callable[[], str]:
         return " ".join(parts)
 
     return make
-
-
-def _conversations(
-    g: _Gen, sessions: list[tuple[str, datetime]], count: int
-) -> Iterator[tuple[str, str]]:
-    rng = g.rng
-    if not sessions or count <= 0:
-        return
-    weights = [rng.random() ** 2 for _ in sessions]
-    per_session = [0] * len(sessions)
-    for index in rng.choices(range(len(sessions)), weights=weights, k=count):
-        per_session[index] += 1
-    remaining = count
-    for (sid, created), share in zip(sessions, per_session, strict=True):
-        if remaining < 2:
-            break
-        messages = min(share, remaining - 1)
-        if messages == 0:
-            continue
-        remaining -= messages + 1
-        stamp = created
-        for seq in range(1, messages + 1):
-            stamp = g.moment(stamp, 600)
-            role = "user" if seq % 2 else "assistant"
-            yield (
-                f"conv:{sid}:{seq:012d}",
-                dumps(
-                    {
-                        "message_id": g.uuid(),
-                        "session_id": sid,
-                        "role": role,
-                        "content": g.text(1, 8),
-                        "classification": g.level(),
-                        "timestamp": to_iso(stamp),
-                        "sequence": seq,
-                        "compacted": False,
-                    }
-                ),
-            )
-        yield (f"conv-session:{sid}", dumps({"lastSequence": messages}))
 
 
 def build_demo(

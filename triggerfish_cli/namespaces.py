@@ -7,10 +7,15 @@ age of one of its records:
 - ``time_fields``: dotted JSON paths tried in order; the first that holds an
   ISO time is the record's time (``origin.accessed_at`` for lineage).
 - ``time_in_key``: the time is the key's second segment (``audit:<ISO>:<hook>``).
+- ``key_millis``: the key ends in ``-<epoch milliseconds>`` (a scheduler run's
+  ``todos:scheduler-<channel>-<ms>``); keys without it have no age.
 - ``array_field``: the value is a JSON array of entries each carrying this
   time field (``cron-history:``); the record's time is its newest entry.
 - none of these: the record has no age (bare strings, counters, index keys
   that follow another record).
+- ``deadline``: a field that holds a deadline rather than an age (a pending
+  pairing code's ``expiresAt`` lies in the future). A record whose deadline
+  is still ahead is *pending*: it has no age yet (:func:`pending`).
 
 A record whose value is not what its namespace expects (malformed JSON, a
 bare string where an object was expected, no time field) has no age: it is
@@ -25,13 +30,14 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from triggerfish_cli.serialization import canonical_iso, parse_iso
+from triggerfish_cli.serialization import canonical_iso, parse_iso, to_iso
 
 _T = TypeVar("_T")
 
+_KEY_MILLIS = re.compile(r"-(\d{10,16})$")
 _KEY_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})?")
 
 
@@ -48,6 +54,10 @@ class Namespace:
     follows: str | None = None
     #: Which time the age reads, for people: "createdAt", "key", ...
     age_note: str = ""
+    #: A time field that is a deadline, not an age (see :func:`pending`).
+    deadline: str | None = None
+    #: The key ends in ``-<epoch ms>``, the record's time.
+    key_millis: bool = False
 
     @property
     def name(self) -> str:
@@ -55,7 +65,7 @@ class Namespace:
 
     @property
     def has_age(self) -> bool:
-        return bool(self.time_fields or self.time_in_key or self.array_field)
+        return bool(self.time_fields or self.time_in_key or self.array_field or self.key_millis)
 
 
 def _ns(
@@ -66,10 +76,14 @@ def _ns(
     time_in_key: bool = False,
     array_field: str | None = None,
     follows: str | None = None,
+    deadline: str | None = None,
+    key_millis: bool = False,
 ) -> Namespace:
     note = (
         "time in key"
         if time_in_key
+        else "run time in key (ms)"
+        if key_millis
         else f"newest {array_field}"
         if array_field
         else " or ".join(time_fields)
@@ -78,8 +92,19 @@ def _ns(
         if follows
         else "none"
     )
+    if deadline is not None:
+        note += f" ({deadline} is a deadline)"
     return Namespace(
-        prefix, description, origin, tuple(time_fields), time_in_key, array_field, follows, note
+        prefix,
+        description,
+        origin,
+        tuple(time_fields),
+        time_in_key,
+        array_field,
+        follows,
+        note,
+        deadline,
+        key_millis,
     )
 
 
@@ -87,6 +112,12 @@ def _ns(
 NAMESPACES: tuple[Namespace, ...] = (
     _ns("sessions:", "session state (taint, history, channel)", "both", "createdAt"),
     _ns("main-session-id", "id of the owner's main session (one key)", "gateway", "createdAt"),
+    _ns(
+        "session-id:",
+        "current session of a channel, session-id:<channel>",
+        "gateway",
+        "createdAt",
+    ),
     _ns(
         "taint:",
         "session taint level (design; the gateway keeps it in sessions:)",
@@ -138,13 +169,32 @@ NAMESPACES: tuple[Namespace, ...] = (
     ),
     _ns("skills:", "installed skill metadata", "design", "installedAt", "createdAt"),
     _ns("config:", "config snapshots, config:v<N>", "design", "createdAt"),
-    _ns("todos:", "agent todo lists, todos:<agent>", "gateway"),
     _ns(
-        "pairing:", "channel pairing codes and linked accounts", "gateway", "linkedAt", "expiresAt"
+        "todos:",
+        "agent todo lists, todos:<agent> (scheduler runs: todos:scheduler-<channel>-<ms>)",
+        "gateway",
+        key_millis=True,
+    ),
+    _ns(
+        "pairing:",
+        "channel pairing codes and linked accounts",
+        "gateway",
+        "linkedAt",
+        "expiresAt",
+        deadline="expiresAt",
     ),
     _ns("team:", "agent team state", "gateway", "createdAt"),
     _ns("workflows:", "saved workflow definitions", "gateway", "savedAt"),
     _ns("workflow-runs:", "workflow run records", "gateway", "completedAt"),
+    _ns(
+        "workflow-versions:",
+        "workflow version proposals, workflow-versions:<name>:<versionId>",
+        "gateway",
+        "version.resolvedAt",
+        "version.proposedAt",
+    ),
+    _ns("delegation:", "delegation chains, delegation:<chainId> (not wired yet)", "gateway"),
+    _ns("healthcheck:", "health-check probe, written and deleted at once", "gateway"),
     _ns("prefs:", "owner preferences, prefs:owner:<name>", "gateway"),
     _ns("browser:", "browser profile watermarks (bare strings)", "gateway"),
 )
@@ -215,7 +265,12 @@ def time_reader(
     time is resolved once, not per record. Same results as :func:`record_iso`.
     """
     fields = namespace.time_fields
-    if namespace.time_in_key or namespace.array_field or any("." in f for f in fields):
+    if (
+        namespace.time_in_key
+        or namespace.key_millis
+        or namespace.array_field
+        or any("." in f for f in fields)
+    ):
         return lambda key, value: record_iso(namespace, key, value, loads)
     if not fields:
         return lambda key, value: None
@@ -250,6 +305,9 @@ def _record(
         # ISO times hold ':' themselves, and so may the hook after them.
         match = _KEY_TIME.match(key, len(namespace.prefix))
         return convert(match.group(0)) if match else None
+    if namespace.key_millis:
+        millis = _KEY_MILLIS.search(key)
+        return convert(millis_iso(int(millis.group(1)))) if millis else None
     if not namespace.time_fields and not namespace.array_field:
         return None
     if not value or value[0] not in "{[":
@@ -277,6 +335,36 @@ def _record(
         if moment is not None:
             return moment
     return None
+
+
+def pending(
+    namespace: Namespace,
+    value: str,
+    now: datetime,
+    loads: Callable[[str], Any] | None = None,
+) -> bool:
+    """Whether the record's deadline (``namespace.deadline``) is still ahead of ``now``.
+
+    A pending pairing code carries an ``expiresAt`` in the future: that is
+    when it stops being valid, not when it was made, so it has no age yet.
+    """
+    if namespace.deadline is None or not value or value[0] != "{":
+        return False
+    try:
+        document = (loads or _json_loads)(value)
+    except ValueError:
+        return False
+    deadline = parse_iso(document.get(namespace.deadline)) if isinstance(document, dict) else None
+    return deadline is not None and deadline > now
+
+
+def millis_iso(millis: int) -> str | None:
+    """Epoch milliseconds as the gateway's ISO form; ``None`` outside years 1-9999."""
+    try:
+        moment = datetime.fromtimestamp(millis / 1000, tz=timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        return None
+    return to_iso(moment)
 
 
 def _json_loads(text: str) -> Any:

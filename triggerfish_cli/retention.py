@@ -100,10 +100,11 @@ RULES: dict[str, Rule] = {
             "30d",
             _AGE_OR_FOREVER,
             "sessions idle for {policy} (created, last taint change and last message all "
-            "older); never the main session",
+            "older); never the main session, nor a channel's current session (session-id:)",
             "SPEC.md",
         ),
         Rule("main-session-id", "forever", _FOREVER, "", "tool: names the main session"),
+        Rule("session-id:", "forever", _FOREVER, "", "tool: names a channel's current session"),
         Rule("taint:", "follows sessions:", _FOREVER, "", "SPEC.md"),
         Rule(
             "memory:",
@@ -130,7 +131,9 @@ RULES: dict[str, Rule] = {
             "cron:",
             "30d",
             _AGE_OR_FOREVER,
-            "disabled jobs created more than {policy} ago; enabled jobs never",
+            "disabled jobs created more than {policy} ago; enabled jobs never (the gateway "
+            "deletes a removed job and never writes enabled: false, so on its stores "
+            "this deletes nothing)",
             "SPEC.md",
         ),
         Rule(
@@ -163,7 +166,15 @@ RULES: dict[str, Rule] = {
             "config:v<N> snapshots beyond the {policy} newest",
             "SPEC.md (10 versions)",
         ),
-        Rule("todos:", "forever", _FOREVER, "", "tool: no reliable time"),
+        Rule(
+            "todos:",
+            "30d",
+            _AGE_OR_FOREVER,
+            "scheduler-run lists (todos:scheduler-<channel>-<ms>) idle for {policy} (the "
+            "run's start and every item's created_at and updated_at older); other agents' "
+            "lists never",
+            "issue #17: one list per cron, trigger or webhook run, like its conv: messages",
+        ),
         Rule(
             "pairing:",
             EXPIRED,
@@ -192,6 +203,16 @@ RULES: dict[str, Rule] = {
             "runs completed more than {policy} ago",
             "issue #4",
         ),
+        Rule(
+            "workflow-versions:",
+            "forever",
+            _AGE_OR_FOREVER,
+            "versions resolved (approved, rejected, superseded) more than {policy} ago "
+            "(version.resolvedAt); open proposals never",
+            "tool: the history behind workflows:",
+        ),
+        Rule("delegation:", "forever", _FOREVER, "", "tool: not written by the gateway yet"),
+        Rule("healthcheck:", "forever", _FOREVER, "", "tool: the gateway deletes it at once"),
         Rule("prefs:", "forever", _FOREVER, "", "tool: no time"),
         Rule("browser:", "forever", _FOREVER, "", "tool: no time"),
     )

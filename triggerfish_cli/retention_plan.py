@@ -14,19 +14,33 @@ Rules beyond "older than the policy":
   was expected) is never deleted: it is counted and listed as "age unknown";
 - ``sessions:``: a session goes when it has been idle for the policy: its
   ``createdAt``, its newest taint change and its newest ``conv:`` message are
-  all older. The main session (``main-session-id``) never goes;
+  all older. The main session (``main-session-id``) and a channel's current
+  session (named by a ``session-id:<channel>`` key) never go;
 - ``taint:<id>`` goes when ``sessions:<id>`` goes or is absent;
   ``conv-session:<id>`` when no ``conv:<id>:`` message is left; each
   ``lineage-session:``, ``lineage-hash:`` and ``lineage-fwd:`` key names a
   lineage record by its value and goes when that record goes or is absent
   (so a ``lineage-hash:`` key that points at a newer record stays);
 - ``cron-history:`` runs older than the policy are trimmed inside the array
-  (the key goes when no run is left); ``cron:`` jobs go only when disabled;
+  (the key goes when no run is left); ``cron:`` jobs go only when disabled
+  (which the gateway never writes: it deletes removed jobs);
 - ``notifications:`` go a policy after ``deliveredAt`` (the gateway deletes
   on delivery, so what it stores is undelivered and stays);
 - ``pairing:`` codes go a policy past ``expiresAt``; linked accounts never;
 - ``memory:`` only soft-deleted (``expired: true``) records, by ``updatedAt``
-  (the deletion time); live memories never.
+  (the deletion time); live memories never;
+- ``todos:`` only a scheduler run's list (``todos:scheduler-<channel>-<ms>``),
+  idle for the policy: the run's start (the key's milliseconds) and every
+  item's ``created_at`` and ``updated_at`` older; other agents' lists never;
+- ``workflow-versions:`` only resolved versions, by ``version.resolvedAt``;
+  open proposals never.
+
+Scheduler runs (cron, trigger, webhook) each get a fresh session id with no
+``sessions:`` record. Their ``conv:`` messages go by their own ``timestamp``,
+their ``conv-session:`` counter with the last of them, their
+``lineage-session:`` keys with the lineage records they name, their todo
+list by its own times: none of it is ever treated as the orphan of a
+missing session.
 
 Follower keys carry a :class:`Guard`: the sweep re-checks it just before
 deleting, so a session that got a new message during the sweep, or a
@@ -46,7 +60,7 @@ from triggerfish_cli.storage.provider import value_size
 
 #: Relational inputs: a namespace's plan needs these namespaces read in full.
 NEEDS: dict[str, tuple[str, ...]] = {
-    "sessions:": ("main-session-id", "conv:"),
+    "sessions:": ("main-session-id", "session-id:", "conv:"),
     "taint:": ("sessions:",),
     "conv-session:": ("conv:",),
     "lineage-session:": ("lineage:",),
@@ -207,9 +221,10 @@ def apply_order(prefixes: Iterable[str]) -> list[str]:
 
 
 def scan_order(prefixes: Iterable[str]) -> list[str]:
-    """Followers first, then ``main-session-id``, sessions, conv, lineage, the rest."""
+    """Followers first, then the sessions in use (``main-session-id``, ``session-id:``),
+    sessions, conv, lineage, the rest."""
     wanted = set(prefixes)
-    first = [*FOLLOWERS, "main-session-id", "sessions:", "conv:", "lineage:"]
+    first = [*FOLLOWERS, "main-session-id", "session-id:", "sessions:", "conv:", "lineage:"]
     order = [p for p in first if p in wanted]
     return order + [p for p in namespaces.PREFIXES if p in wanted and p not in order]
 

@@ -78,7 +78,7 @@ class Planner:
             for ns in namespaces.NAMESPACES
         }
         self.unknown_ns: Counter[str] = Counter()
-        self.main_ids: set[str] = set()
+        self.in_use: set[str] = set()
         self.sessions_seen: set[str] = set()
         self.sessions_gone: set[str] = set()
         self.session_candidates: list[tuple[str, str, str]] = []
@@ -172,9 +172,14 @@ class Planner:
     def _main_session_id(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         document = self._parse(value)
         if isinstance(document, dict) and isinstance(document.get("id"), str):
-            self.main_ids.add(document["id"])
+            self.in_use.add(document["id"])
         elif document is None and value.strip():
-            self.main_ids.add(value.strip())  # older installs: a bare UUID
+            self.in_use.add(value.strip())  # older installs: a bare UUID
+
+    def _session_id(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
+        document = self._parse(value)
+        if isinstance(document, dict) and isinstance(document.get("id"), str):
+            self.in_use.add(document["id"])  # a channel's current session stays too
 
     def _sessions(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         sid = key[len(ns.prefix) :]
@@ -299,6 +304,54 @@ class Planner:
             spec = self.specs[ns.prefix]
             self._delete(ns, key, value, expires, f"past expiresAt ({spec})")
 
+    def _todos(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
+        if not acts or not key.startswith("todos:scheduler-"):
+            return  # the owner's and other agents' lists: never
+        started = self.readers[ns.prefix](key, value)
+        if started is None:
+            self.plans[ns.prefix].unknown.append(
+                Unknown(key, ns.prefix, "no run time (-<ms>) at the end of the key")
+            )
+            return
+        document = self._parse(value)
+        items = document.get("todos") if isinstance(document, dict) else None
+        if not isinstance(items, list):
+            self._unknown(ns, key, value, "todos list")
+            return
+        times = [started]
+        for item in items:
+            for field_name in ("created_at", "updated_at"):
+                raw = item.get(field_name) if isinstance(item, dict) else None
+                moment = canonical_iso(raw)
+                if moment is None and raw is not None:
+                    self.plans[ns.prefix].unknown.append(
+                        Unknown(key, ns.prefix, f"an item's {field_name} is not a time")
+                    )
+                    return
+                if moment is not None:
+                    times.append(moment)
+        activity = max(times)
+        if self._older(ns.prefix, activity):
+            spec = self.specs[ns.prefix]
+            self._delete(ns, key, value, activity, f"scheduler run idle for more than {spec}")
+
+    def _workflow_versions(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
+        if not acts:
+            return
+        document = self._parse(value)
+        version = document.get("version") if isinstance(document, dict) else None
+        if not isinstance(version, dict):
+            self._unknown(ns, key, value, "version")
+            return
+        if "resolvedAt" not in version:
+            return  # an open proposal: never
+        resolved = canonical_iso(version.get("resolvedAt"))
+        if resolved is None:
+            self._unknown(ns, key, value, "version.resolvedAt")
+        elif self._older(ns.prefix, resolved):
+            spec = self.specs[ns.prefix]
+            self._delete(ns, key, value, resolved, f"resolved more than {spec} ago")
+
     def _memory(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         if not acts:
             return
@@ -332,14 +385,14 @@ class Planner:
         return Plan(self.now, self.plans, dict(sorted(self.unknown_ns.items())))
 
     def _finish_sessions(self) -> None:
-        if not (self._has("conv:") and self._has("main-session-id")):
-            return  # activity or the main session unknown: no session goes
+        if not (self._has("conv:") and self._has("main-session-id") and self._has("session-id:")):
+            return  # activity or the sessions in use unknown: no session goes
         ns = namespaces.get("sessions:")
         assert ns is not None
         spec = self.policies["sessions:"].spec
         for key, value, created in self.session_candidates:
             sid = key[len(ns.prefix) :]
-            if sid in self.main_ids or sid in self.conv_unknown:
+            if sid in self.in_use or sid in self.conv_unknown:
                 continue
             activity = max([created, *self._history(value), *self._conv_times(sid)])
             if self._older(ns.prefix, activity):
@@ -404,6 +457,7 @@ _Handler = Callable[[Planner, Namespace, str, str, bool], None]
 
 _HANDLERS: dict[str, _Handler] = {
     "main-session-id": Planner._main_session_id,
+    "session-id:": Planner._session_id,
     "sessions:": Planner._sessions,
     "conv:": Planner._conv,
     "lineage:": Planner._lineage,
@@ -417,4 +471,6 @@ _HANDLERS: dict[str, _Handler] = {
     "notifications:": Planner._notifications,
     "pairing:": Planner._pairing,
     "memory:": Planner._memory,
+    "todos:": Planner._todos,
+    "workflow-versions:": Planner._workflow_versions,
 }

@@ -60,7 +60,7 @@ def test_policies_show_the_source_of_each(cli: CliFn, base_dir: Path) -> None:
         "source": "config",
         "basis": "SPEC.md",
         "rule": "sessions idle for 14d (created, last taint change and last message all "
-        "older); never the main session",
+        "older); never the main session, nor a channel's current session (session-id:)",
     }
     assert rows["config:"]["keep"] == 3 and rows["config:"]["source"] == "config"
     assert rows["audit:"]["held"] is True and rows["audit:"]["policy"] == "1y"

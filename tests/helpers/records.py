@@ -143,3 +143,52 @@ def workflow_run(run_id: str, completed: datetime | None) -> tuple[str, str]:
         value["status"] = "completed"
         value["completedAt"] = iso(completed)
     return f"workflow-runs:{run_id}", js(value)
+
+
+def millis(moment: datetime) -> int:
+    return int(moment.timestamp() * 1000)
+
+
+def scheduler_todos(
+    channel: str, started: datetime, *items: tuple[datetime, datetime]
+) -> tuple[str, str]:
+    """``todos:scheduler-<channel>-<ms>``: a scheduler run's list, items (created, updated)."""
+    todos = [
+        {
+            "id": f"t{n}",
+            "content": "check the inbox",
+            "status": "completed",
+            "priority": "medium",
+            "created_at": iso(created),
+            "updated_at": iso(updated),
+        }
+        for n, (created, updated) in enumerate(items)
+    ]
+    return f"todos:scheduler-{channel}-{millis(started)}", js({"todos": todos})
+
+
+def session_id(channel: str, sid: str, created: datetime) -> tuple[str, str]:
+    return f"session-id:{channel}", js({"id": sid, "createdAt": iso(created)})
+
+
+def workflow_version(
+    name: str, version_id: str, proposed: datetime, resolved: datetime | None, status: str
+) -> tuple[str, str]:
+    version: dict[str, object] = {
+        "versionId": version_id,
+        "workflowName": name,
+        "agentId": "main-session",
+        "versionNumber": 1,
+        "definition": f"name: {name}\n",
+        "diff": "+ step",
+        "status": status,
+        "source": "human",
+        "authorReasoning": "r",
+        "proposedAt": iso(proposed),
+    }
+    if resolved is not None:
+        version["resolvedAt"] = iso(resolved)
+        version["resolvedBy"] = "owner"
+    return f"workflow-versions:{name}:{version_id}", js(
+        {"version": version, "classification": "INTERNAL"}
+    )
