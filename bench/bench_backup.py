@@ -18,11 +18,12 @@ rounds each, medians:
 
 Each command runs as the installed CLI would (a process).
 
-    python bench/bench_backup.py [RUNS]
+    python bench/bench_backup.py [RUNS] [--records N]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -100,8 +101,12 @@ def compress_alone(db: Path) -> float:
 
 
 def main() -> None:
-    runs = int(sys.argv[1]) if len(sys.argv) > 1 else 3
-    db = scratch_copy(store(), "backup-bench.db")
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("runs", type=int, nargs="?", default=3)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args()
+    runs = args.runs
+    db = scratch_copy(store(args.records), "backup-bench.db")
     out = DATA / "backup-bench-out"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir()

@@ -30,6 +30,7 @@ never written).
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -127,7 +128,10 @@ def scratch(source: Path) -> Path:
 
 
 def main() -> None:
-    db = scratch(store())
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--records", type=int, default=1_000_000)
+    args = parser.parse_args()
+    db = scratch(store(args.records))
     workdir = Path(tempfile.mkdtemp(prefix="tfbench-config-"))
     config = workdir / "triggerfish.yaml"
     provider = SqliteStorage(db)

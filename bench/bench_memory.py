@@ -12,7 +12,7 @@ Targets:
 Queries are words taken from random stored memories, so every query matches
 at least one record and common words come up as often as they occur.
 
-    python bench/bench_memory.py [--queries 60] [--skip-reindex]
+    python bench/bench_memory.py [--queries 60] [--skip-reindex] [--memories N]
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ MEMORIES = 200_000
 WORDS = 175
 
 
-def build() -> object:
+def build(memories: int = MEMORIES) -> object:
     return store(
-        MEMORIES * 2,
-        name=f"memory-{MEMORIES}-{WORDS}.db",
-        memories=MEMORIES,
+        memories * 2,
+        name=f"memory-{memories}-{WORDS}.db",
+        memories=memories,
         memory_words=WORDS,
     )
 
@@ -148,8 +148,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--skip-reindex", action="store_true")
+    parser.add_argument("--memories", type=int, default=MEMORIES, help="in a store twice as big")
     args = parser.parse_args()
-    path = build()
+    path = build(args.memories)
     bench_search(path, args.queries)
     if not args.skip_reindex:
         bench_reindex(path)

@@ -13,9 +13,9 @@ left behind) count too.
 - ours: ``triggerfish-admin retention sweep --yes`` in a subprocess (start-up,
   read, plan, paced compare-and-delete batches, checkpoints, audit);
 - raw: the same deletions as raw SQL in one transaction: one
-  ``DELETE ... WHERE json_extract(...) < ?`` per namespace (and the counters
-  and the cron-history trim), which is the physical limit and what an
-  operator would type into sqlite3.
+  ``DELETE ... WHERE json_extract(...) < ?`` per namespace (and the counters,
+  the scheduler runs' todo lists and the cron-history trim), which is the
+  physical limit and what an operator would type into sqlite3.
 
 Prints throughput (records deleted or trimmed per second of wall time) and
 its ratio (target >= 0.5x raw), and per job the writer's failures, worst and
@@ -97,6 +97,8 @@ DELETE FROM kv WHERE key >= 'sessions:' AND key < 'sessions;'
   AND json_extract(value, '$.createdAt') < :cut30
   AND substr(key, 10) NOT IN (SELECT coalesce(json_extract(value, '$.id'), value)
                               FROM kv WHERE key = 'main-session-id')
+  AND substr(key, 10) NOT IN (SELECT json_extract(value, '$.id') FROM kv
+                              WHERE key >= 'session-id:' AND key < 'session-id;')
   AND NOT EXISTS (SELECT 1 FROM json_each(kv.value, '$.history') h
                   WHERE json_extract(h.value, '$.timestamp') >= :cut30)
   AND NOT EXISTS (SELECT 1 FROM kv c WHERE c.key > 'conv:' || substr(kv.key, 10) || ':'
@@ -110,6 +112,11 @@ DELETE FROM kv WHERE key >= 'conv-session:' AND key < 'conv-session;'
 DELETE FROM kv WHERE key >= 'pairing:' AND key < 'pairing;'
   AND NOT (key >= 'pairing:linked:' AND key < 'pairing:linked;')
   AND json_extract(value, '$.expiresAt') < :now|
+DELETE FROM kv WHERE key >= 'todos:scheduler-' AND key < 'todos:scheduler.'
+  AND CAST(substr(key, -13) AS INTEGER) < :cut30ms
+  AND NOT EXISTS (SELECT 1 FROM json_each(kv.value, '$.todos') t
+                  WHERE json_extract(t.value, '$.created_at') >= :cut30
+                  OR json_extract(t.value, '$.updated_at') >= :cut30)|
 DELETE FROM kv WHERE key >= 'workflow-runs:' AND key < 'workflow-runs;'
   AND json_extract(value, '$.completedAt') < :cut30|
 DELETE FROM kv WHERE key >= 'cron:' AND key < 'cron;'
@@ -129,7 +136,8 @@ COMMIT|
 def raw_job(db: Path) -> tuple[float, int, float]:
     from datetime import timedelta
 
-    params = {"now": iso(ANCHOR), "cut30": iso(ANCHOR - timedelta(days=30))}
+    cut30 = ANCHOR - timedelta(days=30)
+    params = {"now": iso(ANCHOR), "cut30": iso(cut30), "cut30ms": int(cut30.timestamp() * 1000)}
     conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
     before = conn.total_changes
     started = time.perf_counter()

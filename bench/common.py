@@ -31,14 +31,19 @@ def store(
 ) -> Path:
     """A demo store of ``records`` keys, built once and cached under bench/data/.
 
+    Cached per generator version (``demo.GENERATOR``): after the generator
+    changes, the next run builds its stores anew.
+
     ``options`` go to ``build_demo`` (e.g. ``memories=``, ``memory_words=``);
     give such a store its own ``name``.
     """
-    from triggerfish_cli.demo import build_demo
+    from triggerfish_cli.demo import GENERATOR, build_demo
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     DATA.mkdir(parents=True, exist_ok=True)
-    path = DATA / (name or f"store-{records}-{seed}-{days}.db")
+    # The generator's version is in the name: a store another one built is never reused.
+    stem = (name or f"store-{records}-{seed}-{days}.db").removesuffix(".db")
+    path = DATA / f"{stem}-g{GENERATOR}.db"
     if path.exists():
         return path
     temp = path.with_suffix(".building")

@@ -2,7 +2,10 @@
 
 Before each config write the gateway copies the file to
 ``<base>/backups/triggerfish.yaml.<ISO time with ':' as '-'>`` (for example
-``triggerfish.yaml.2026-02-16T14-30-45.123Z``) and keeps the 10 newest.
+``triggerfish.yaml.2026-02-16T14-30-45.123Z``) and keeps the 10 newest. The
+directory is always ``<base>/backups`` and the prefix always
+``triggerfish.yaml.``, whatever config path the gateway was given: so they
+are here too (:func:`default_dir`, :data:`PREFIX`), not beside the file.
 ``config import-backups`` stores them as versions (source ``import``,
 ``createdAt`` the time in the name), oldest first, skipping:
 
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli import secrets_guard
+from triggerfish_cli import paths, secrets_guard
 from triggerfish_cli.config_versions import (
     KEEP,
     backup_time,
@@ -38,6 +41,14 @@ from triggerfish_cli.config_versions import (
 )
 from triggerfish_cli.errors import NotFoundError, RefusedError, TriggerfishError
 from triggerfish_cli.storage.provider import StorageProvider
+
+#: The name the gateway's copies start with (then ``.`` and the time).
+PREFIX = "triggerfish.yaml"
+
+
+def default_dir() -> Path:
+    """Where the gateway writes its copies: ``<base>/backups``, whatever the config path."""
+    return paths.config_backups_dir()
 
 
 @dataclass
@@ -81,7 +92,7 @@ class ImportPlan:
 def plan_import(
     provider: StorageProvider,
     directory: Path,
-    stem: str,
+    stem: str = PREFIX,
     *,
     redact: bool = False,
     include_older: bool = False,

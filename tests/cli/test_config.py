@@ -758,6 +758,31 @@ def test_import_keeps_only_what_fits_the_window(
     assert versions(store)[1]["createdAt"] == "2026-02-03T00:00:00.000Z"
 
 
+def test_import_backups_reads_base_backups_whatever_the_config_path(
+    cli: CliFn, gateway_db: Path, base_dir: Path, tmp_path: Path
+) -> None:
+    """The gateway writes <base>/backups/triggerfish.yaml.<time> for any config path."""
+    elsewhere = tmp_path / "etc" / "gateway.yaml"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(BASE_CONFIG)
+    gateway_backups(base_dir, {"triggerfish.yaml.2026-02-15T09-00-00.000Z": BASE_CONFIG + "# a\n"})
+    beside = elsewhere.parent / "backups"  # what an older version of this tool looked at
+    beside.mkdir()
+    (beside / "gateway.yaml.2026-02-16T09-00-00.000Z").write_text(BASE_CONFIG + "# beside\n")
+    (beside / "triggerfish.yaml.2026-02-17T09-00-00.000Z").write_text(BASE_CONFIG + "# beside\n")
+    result = cli("--config", str(elsewhere), "config", "import-backups", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    document = result.json()
+    assert document["dir"] == str(base_dir / "backups")  # type: ignore[index]
+    assert [r["file"] for r in document["imported"]] == [  # type: ignore[index]
+        "triggerfish.yaml.2026-02-15T09-00-00.000Z"
+    ]
+    named = cli("--config", str(elsewhere), "config", "import-backups", "--dir", str(beside))
+    assert named.exit_code == 0, named.stderr
+    assert "triggerfish.yaml.2026-02-17T09-00-00.000Z" in named.stdout
+    assert "gateway.yaml" not in named.stdout  # the prefix is the gateway's, not the file's
+
+
 def test_import_without_a_backups_directory(
     cli: CliFn, store: StoreHandle, config: Path, tmp_path: Path
 ) -> None:
@@ -812,6 +837,26 @@ def test_validate_warns_about_unknown_sections_and_refuses_duplicates(
         {"severity": "error", "line": 4, "column": 3,
          "message": "duplicate key 'level' (first at line 3)"},
     ]  # fmt: skip
+
+
+#: The top-level sections of the gateway's config type, as UPSTREAM.md lists them.
+UPSTREAM_SECTIONS = (
+    "models channels classification web google github notion x caldav scheduler plugins "
+    "secrets filesystem tools mcp_servers mcp logging daemon debug"
+).split()
+
+
+def test_validate_knows_every_section_of_the_gateway(cli: CliFn, tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    in_base = ("models", "channels", "logging")  # BASE_CONFIG has these
+    rest = [name for name in UPSTREAM_SECTIONS if name not in (*in_base, "debug")]
+    body = "".join(f"{name}: {{}}\n" for name in rest)
+    path.write_text(BASE_CONFIG + body + "debug: false\nretention:\n  sessions: 30d\n")
+    result = cli("config", "validate", str(path), "-f", "json")
+    assert result.exit_code == 0, result.stdout
+    assert result.json()["warnings"] == []  # type: ignore[index]
+    for name in UPSTREAM_SECTIONS:
+        assert f"\n{name}:" in "\n" + path.read_text(), name
 
 
 def _strict_retention(section: object, config_path: Path) -> None:

@@ -375,7 +375,10 @@ def import_cmd(
         Path | None,
         typer.Option(
             "--dir",
-            help="Where the gateway's copies are (default: backups/ beside the config file).",
+            help=(
+                "Where the gateway's copies are (default: <base>/backups, where the gateway "
+                "writes them whatever config path it was given)."
+            ),
             show_default=False,
             file_okay=False,
         ),
@@ -395,16 +398,15 @@ def import_cmd(
     """Import the gateway's backups/triggerfish.yaml.<time> copies as versions, oldest first."""
     from triggerfish_cli import config_import
     from triggerfish_cli.cli.output import Column
-    from triggerfish_cli.config_versions import default_backups_dir
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     provider = _provider(st, out)
-    where = directory or default_backups_dir(st.config_path)
+    where = directory or config_import.default_dir()
     plan = config_import.plan_import(
         provider,
         where,
-        st.config_path.name,
+        config_import.PREFIX,
         redact=redact,
         include_older=include_older,
         missing_ok=directory is None,  # the gateway has not written a config yet
