@@ -3,7 +3,7 @@
     python bench/bench_retention.py [--records 1000000] [--days 38] [--repeat 3]
 
 The store is the demo store with its records spread over ``--days`` days
-(38: about 15% of it is expired under the default policies at the anchor
+(38: about 12% of it is expired under the default policies at the anchor
 time), built once and cached under bench/data/. Each run works on a fresh
 scratch copy, with a second process inserting a conversation message every
 10 ms (busy timeout 5 s, as a patient gateway would) from 1 s before the job

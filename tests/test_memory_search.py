@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -165,6 +166,47 @@ def test_limit_counts_only_visible_hits(tmp_path: Path) -> None:
         assert len(find(provider, "zebra", PUB, limit=10).hits) == 10
         assert {key[0] for _, key, _ in found(find(provider, "zebra", PUB, limit=50))} == {"k"}
         provider.close()
+
+
+def gateway_search(path: Path, query: str, agent: str, taint: Level, max_results: int) -> int:
+    """How many hits the gateway's own search returns (search_fts5.ts): LIMIT maxResults*4,
+    then level and expiry filtered, then trimmed to maxResults."""
+    conn = sqlite3.connect(path)
+    rows = conn.execute(
+        "SELECT m.classification, m.record_json FROM memory_fts f JOIN memory_meta m "
+        "ON f.agent_id = m.agent_id AND f.classification = m.classification AND f.key = m.key "
+        "WHERE memory_fts MATCH ? AND f.agent_id = ? ORDER BY f.rank LIMIT ?",
+        (query, agent, max_results * 4),
+    ).fetchall()
+    conn.close()
+    visible = [
+        level
+        for level, record in rows
+        if Level[level] <= taint and not json.loads(record)["expired"]
+    ]
+    return len(visible[:max_results])
+
+
+def test_never_fewer_hits_than_asked_unlike_the_gateway(tmp_path: Path) -> None:
+    """Forty better-ranked RESTRICTED memories fill the gateway's LIMIT 40: it finds none."""
+    rows: dict[str, str] = {}
+    indexed = []
+    for n in range(40):
+        rows[mkey(MAIN, "RESTRICTED", f"r{n}")] = memory_record(f"r{n}", "RESTRICTED", "okapi " * 4)
+        indexed.append((MAIN, "RESTRICTED", f"r{n}"))
+    for n in range(15):
+        text = "an okapi among many other words in a long sentence about animals and more"
+        rows[mkey(MAIN, "PUBLIC", f"p{n}")] = memory_record(f"p{n}", "PUBLIC", text)
+        indexed.append((MAIN, "PUBLIC", f"p{n}"))
+    path = write_gateway_store(tmp_path / "o.db", rows, tuple(indexed))
+    assert gateway_search(path, "okapi", MAIN, PUB, 10) == 0
+    assert gateway_search(path, "okapi", MAIN, PUB, 20) == 15  # asking for more finds them
+    provider = SqliteStorage(path)
+    for limit in (1, 10, 15):
+        assert len(find(provider, "okapi", PUB, limit=limit).hits) == limit
+    assert len(find(provider, "okapi", PUB, limit=50).hits) == 15
+    assert len(find(provider, "okapi", RES, limit=100).hits) == 55
+    provider.close()
 
 
 # -- drift between kv and the index (SQLite) ----------------------------------------------

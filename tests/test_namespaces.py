@@ -125,6 +125,30 @@ def test_ages_of_gateway_records() -> None:
         ("cron-history:x", '{"executedAt":"2026-01-01T00:00:00Z"}', None),
         ("main-session-id", '{"id":"x","createdAt":"2026-01-01T00:00:00.000Z"}', utc(2026, 1, 1)),
         ("exec:r", '{"startedAt":"2026-01-01T00:00:00Z"}', utc(2026, 1, 1)),
+        (
+            "session-id:telegram",
+            '{"id":"s","createdAt":"2026-01-01T00:00:00.000Z"}',
+            utc(2026, 1, 1),
+        ),
+        # workflow versions: resolvedAt, else proposedAt, both inside "version"
+        (
+            "workflow-versions:w:v",
+            '{"version":{"proposedAt":"2026-01-01T00:00:00.000Z",'
+            '"resolvedAt":"2026-01-02T00:00:00.000Z"},"classification":"PUBLIC"}',
+            utc(2026, 1, 2),
+        ),
+        (
+            "workflow-versions:w:v",
+            '{"version":{"proposedAt":"2026-01-01T00:00:00.000Z"},"classification":"PUBLIC"}',
+            utc(2026, 1, 1),
+        ),
+        ("workflow-versions:w:v", '{"proposedAt":"2026-01-01T00:00:00.000Z"}', None),
+        # a scheduler run's todo list: the run's start, the key's milliseconds
+        ("todos:scheduler-cron-1767225600000", '{"todos":[]}', utc(2026, 1, 1)),
+        ("todos:scheduler-webhook-github-1767225600123", "{}", utc(2026, 1, 1, 0, 0, 0, 123000)),
+        ("todos:main-session", '{"todos":[{"created_at":"2026-01-01T00:00:00.000Z"}]}', None),
+        ("delegation:c", '{"createdAt":"2026-01-01T00:00:00.000Z"}', None),
+        ("healthcheck:test", "ok", None),
     ],
 )
 def test_record_time_edge_cases(key: str, value: str, expected: datetime | None) -> None:
@@ -207,3 +231,19 @@ def test_the_readme_lists_every_namespace_in_both_tables() -> None:
     policies = _first_column(readme, "#### Policies\n") - {"namespace", "---"}
     assert table == prefixes
     assert policies == prefixes
+
+
+def test_a_pending_code_has_a_deadline_ahead() -> None:
+    pairing = namespaces.get("pairing:")
+    assert pairing is not None and pairing.deadline == "expiresAt"
+    now = utc(2026, 3, 28, 14, 10)
+    code = '{"code":"1","channelType":"x","expiresAt":"2026-03-28T14:15:00.000Z","used":false}'
+    assert namespaces.pending(pairing, code, now)
+    assert not namespaces.pending(pairing, code, utc(2026, 3, 28, 14, 15))  # at the deadline
+    linked = '{"channelType":"x","platformUserId":"1","linkedAt":"2026-03-28T14:15:00.000Z"}'
+    assert not namespaces.pending(pairing, linked, now)
+    assert not namespaces.pending(pairing, "bare", now)
+    sessions = namespaces.get("sessions:")
+    assert sessions is not None and not namespaces.pending(
+        sessions, '{"createdAt":"2099-01-01T00:00:00.000Z"}', now
+    )  # only a deadline field counts

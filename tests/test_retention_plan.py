@@ -423,8 +423,8 @@ def test_only_restricts_what_is_acted_on() -> None:
 def test_the_gateway_store() -> None:
     plan = plan_of(list(GATEWAY_ROWS.items()))
     assert deleted(plan) == {
+        f"conv:{SESSION_ID}:000000000000",
         f"conv:{SESSION_ID}:000000000001",
-        f"conv:{SESSION_ID}:000000000002",
         f"conv-session:{SESSION_ID}",
         "pairing:telegram:482913",
         "cron-history:c1d2e3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f",

@@ -232,14 +232,16 @@ def generate(
     weights = [rng.paretovariate(1.3) for _ in sessions]
     weights[0] = sum(weights[1:]) / 19 if len(weights) > 1 else 1.0
     total = sum(weights)
+    floor = 3 if budget >= 3 * len(sessions) else 0  # a counter, a question and its answer
+    spread = budget - floor * len(sessions)
     left, cumulative, given = 0, 0.0, 0
     for index in [*range(1, len(sessions)), 0]:  # the main session last: it takes what is left
         cumulative += weights[index]
-        share = round(budget * cumulative / total) - given
+        share = round(spread * cumulative / total) - given
         given += share
-        planned, used = writer.plan(sessions[index], share + left)
+        planned, used = writer.plan(sessions[index], floor + share + left)
         writer.write(sessions[index], planned)
-        left = share + left - used
+        left = floor + share + left - used
     for session in sessions:
         rows.append((f"sessions:{session.sid}", _session_record(g, session, owner)))
     for channel in channels:
@@ -422,7 +424,6 @@ def _workflows(g: _Gen, records: int, rows: Rows) -> None:
             )
         )
     names = []
-    run_ids: list[str] = []
     for index in range(_quota(records, 0.0005)):
         name = f"{g.word()}-{index}"
         names.append(name)
@@ -475,18 +476,15 @@ def _workflows(g: _Gen, records: int, rows: Rows) -> None:
             )
     for _ in range(_quota(records, 0.005)):
         run_id = g.uuid()
-        run_ids.append(run_id)
         started = g.moment()
-        run: dict[str, Any] = {
+        status = rng.choices(["completed", "failed", "cancelled"], weights=[85, 10, 5])[0]
+        run: dict[str, Any] = {  # saved once the run has ended
             "runId": run_id,
             "workflowName": rng.choice(names),
-            "status": "completed",
+            "status": status,
             "startedAt": to_iso(started),
+            "completedAt": to_iso(g.moment(started, 3600)),
         }
-        if rng.random() < 0.05:
-            run["status"] = "running"
-        else:
-            run["completedAt"] = to_iso(g.moment(started, 3600))
         rows.append((f"workflow-runs:{run_id}", dumps(run)))
 
 

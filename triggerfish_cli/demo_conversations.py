@@ -256,12 +256,13 @@ class Writer:
             turns -= 1
             # The gateway compacts when the history fills 70% of the model's context.
             compact = len(planned) - compacted_at >= 40 and rng.random() < 0.05
-            if compact and take(1):
+            if compact and used + 3 <= budget and take(1):
                 planned.append(_Planned("compaction_summary", offset))
                 offset += rng.uniform(1, 5)
                 compacted_at = len(planned)
-            if not take(1):
+            if used + 2 > budget:  # a question only when its answer fits too
                 break
+            take(1)
             user = session.task if session.scheduler else self.g.text(1, 3)
             planned.append(_Planned("user", offset, content=user))
             offset += rng.uniform(1, 20)
@@ -270,8 +271,9 @@ class Writer:
                 calls = rng.choices((1, 2, 3), weights=(5, 3, 2))[0]
             for _ in range(calls):
                 fwd = 1 if tools_so_far and rng.random() < 0.02 else 0
-                if not take(4 + fwd):
-                    return planned, used
+                if used + 4 + fwd + 1 > budget:
+                    break  # no room for another call: the agent answers with what it has
+                take(4 + fwd)
                 call = self._tool_call(level, offset)
                 call.fwd_parent = bool(fwd)
                 planned.append(call)
@@ -280,9 +282,8 @@ class Writer:
                     level = call.escalate_to
                 offset += rng.uniform(1, 30)
             if session.scheduler and not session.succeeded:
-                break
-            if not take(1):
-                break
+                break  # the run failed before the agent answered
+            take(1)
             planned.append(_Planned("assistant", offset, content=self.g.text(1, 8)))
             offset += rng.expovariate(1 / 600)
         return planned, used

@@ -14,7 +14,7 @@ from typing import IO, Any
 
 from triggerfish_cli import audit, namespaces
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
-from triggerfish_cli.serialization import dumps, fast_loads, to_iso
+from triggerfish_cli.serialization import dumps, fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
 
 # -- kv namespaces ------------------------------------------------------------
@@ -30,6 +30,8 @@ class NamespaceRow:
     oldest: datetime | None = None
     newest: datetime | None = None
     unknown_age: int | None = None
+    #: Records whose deadline is still ahead (a pairing code before its expiresAt).
+    pending: int | None = None
 
     def as_dict(self, ages: bool) -> dict[str, Any]:
         row: dict[str, Any] = {
@@ -43,16 +45,21 @@ class NamespaceRow:
             row["oldest"] = to_iso(self.oldest) if self.oldest else None
             row["newest"] = to_iso(self.newest) if self.newest else None
             row["unknown_age"] = self.unknown_age
+            row["pending"] = self.pending
         return row
 
 
-def namespace_report(provider: StorageProvider, *, ages: bool = False) -> list[NamespaceRow]:
+def namespace_report(
+    provider: StorageProvider, *, ages: bool = False, now: datetime | None = None
+) -> list[NamespaceRow]:
     """Every namespace present, with key count and value bytes, sorted by prefix.
 
     Keys of no known namespace are grouped by their first segment (``x:``);
     keys without any ``:`` form the group ``""``. With ``ages`` every value
-    is read to find the oldest and newest record time and the records of
-    unknown age.
+    is read to find the oldest and newest record time, the records of
+    unknown age, and the pending ones: a time that is a deadline still ahead
+    of ``now`` (default: the clock) is not an age, and is left out of
+    oldest and newest.
     """
     known = provider.prefix_stats(namespaces.PREFIXES)
     rows: list[NamespaceRow] = []
@@ -66,29 +73,34 @@ def namespace_report(provider: StorageProvider, *, ages: bool = False) -> list[N
         rows.append(NamespaceRow(group, False, label, stats.count, stats.bytes))
     rows.sort(key=lambda row: row.namespace)
     if ages:
+        moment = now or utc_now()
         for row in rows:
-            _fill_ages(provider, row)
+            _fill_ages(provider, row, moment)
     return rows
 
 
-def _fill_ages(provider: StorageProvider, row: NamespaceRow) -> None:
+def _fill_ages(provider: StorageProvider, row: NamespaceRow, now: datetime) -> None:
     ns = namespaces.get(row.namespace) if row.known else None
+    row.pending = 0
     if ns is None or not ns.has_age:
         row.unknown_age = row.keys
         return
     loads = fast_loads()
     oldest = newest = None
-    unknown = 0
+    unknown = pending = 0
     for key, value in provider.scan(ns.prefix, batch_size=5000):
         moment = namespaces.record_time(ns, key, value, loads)
         if moment is None:
             unknown += 1
             continue
+        if ns.deadline is not None and namespaces.pending(ns, value, now, loads):
+            pending += 1
+            continue
         if oldest is None or moment < oldest:
             oldest = moment
         if newest is None or moment > newest:
             newest = moment
-    row.oldest, row.newest, row.unknown_age = oldest, newest, unknown
+    row.oldest, row.newest, row.unknown_age, row.pending = oldest, newest, unknown, pending
 
 
 def totals(rows: Iterable[NamespaceRow]) -> PrefixStats:

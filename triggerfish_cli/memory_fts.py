@@ -12,6 +12,12 @@ in rank order; the rows that pass are checked against kv in small batches
 (the kv value must equal memory_meta's, be live, and not be shadowed by a
 live version at a higher visible level) until ``limit`` hits are found. Only
 those few rows ever reach Python.
+
+The gateway's own search (``src/tools/memory/search/search_fts5.ts``) asks
+for ``LIMIT maxResults * 4`` rows and filters level and expiry afterwards,
+so it returns fewer hits than asked whenever hidden rows rank high. Ours
+reads on until it has ``limit`` hits or the matches run out: never fewer
+than asked while that many visible records match.
 """
 
 from __future__ import annotations
@@ -59,7 +65,7 @@ from triggerfish_cli.storage.sqlite import (
 )
 from triggerfish_cli.storage.write_gate import WriteGate
 
-# The gateway's index statements (src/memory/search.ts), verbatim.
+# The gateway's index statements (src/tools/memory/search/search_fts5.ts), verbatim.
 DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
 INSERT_FTS = (
     "INSERT INTO memory_fts (agent_id, classification, key, content, tags) VALUES (?, ?, ?, ?, ?)"

@@ -57,6 +57,35 @@ def test_namespaces_ages(cli: CliFn, gateway_db: Path) -> None:
     assert rows["memory:"]["newest"] == "2026-03-29T08:00:00.000Z"
 
 
+def test_namespaces_ages_a_pending_code_is_a_deadline_not_an_age(
+    cli: CliFn, tmp_path: Path
+) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    from tests.helpers.gateway import write_gateway_store
+
+    soon = (datetime.now(timezone.utc) + timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S.000Z")
+    code = json.dumps(
+        {"code": "271828", "channelType": "slack", "expiresAt": soon, "used": False},
+        separators=(",", ":"),
+    )
+    rows = {**GATEWAY_ROWS, "pairing:slack:271828": code, "pairing:pending:slack": code}
+    db = write_gateway_store(tmp_path / "p.db", rows)
+    result = cli("--db", str(db), "kv", "namespaces", "--ages", "-f", "json")
+    assert result.exit_code == 0, result.stderr
+    found = {r["namespace"]: r for r in result.json()}  # type: ignore[union-attr]
+    pairing = found["pairing:"]
+    assert (pairing["keys"], pairing["pending"], pairing["unknown_age"]) == (4, 2, 0)
+    # oldest and newest are the linked account and the expired code, never a future time
+    assert (pairing["oldest"], pairing["newest"]) == (
+        "2026-02-01T12:00:00.000Z",
+        "2026-03-28T14:15:00.000Z",
+    )
+    assert all(row["pending"] == 0 for name, row in found.items() if name != "pairing:")
+    table = cli("--db", str(db), "kv", "namespaces", "--ages")
+    assert "pending" in table.stdout
+
+
 def test_namespaces_table_and_csv(cli: CliFn, gateway_db: Path) -> None:
     table = cli("kv", "namespaces")
     assert table.exit_code == 0
@@ -99,7 +128,7 @@ def test_list_prefix_exact(cli: CliFn, store: StoreHandle) -> None:
 
 def test_list_namespace(cli: CliFn, gateway_db: Path) -> None:
     keys = cli("kv", "list", "--namespace", "conv", "-k").stdout.splitlines()
-    assert keys == [f"conv:{SESSION_ID}:000000000001", f"conv:{SESSION_ID}:000000000002"]
+    assert keys == [f"conv:{SESSION_ID}:000000000000", f"conv:{SESSION_ID}:000000000001"]
     bad = cli("kv", "list", "--namespace", "nosuch")
     assert bad.exit_code == 2 and "unknown namespace" in bad.stderr
     both = cli("kv", "list", "conv:", "--namespace", "conv")
@@ -329,8 +358,8 @@ def test_export_prefix_and_output_file(cli: CliFn, gateway_db: Path, tmp_path: P
     out = tmp_path / "conv.jsonl"
     assert cli("kv", "export", "conv:", "-o", str(out)).exit_code == 0
     assert [json.loads(line)["key"] for line in out.read_text().splitlines()] == [
+        f"conv:{SESSION_ID}:000000000000",
         f"conv:{SESSION_ID}:000000000001",
-        f"conv:{SESSION_ID}:000000000002",
     ]
     assert [p.name for p in tmp_path.iterdir()] == ["conv.jsonl"]
 

@@ -16,8 +16,8 @@ from triggerfish_cli.storage.sqlite import SqliteStorage
 
 AS_OF = "2026-07-01T00:00:00Z"
 GONE = {
+    f"conv:{SESSION_ID}:000000000000",
     f"conv:{SESSION_ID}:000000000001",
-    f"conv:{SESSION_ID}:000000000002",
     f"conv-session:{SESSION_ID}",
     "pairing:telegram:482913",
     f"cron-history:{CRON_ID}",
@@ -154,6 +154,55 @@ def test_plan_namespace_filter_and_future_as_of(cli: CliFn, gateway_db: Path) ->
 
 
 # -- sweep --------------------------------------------------------------------------------
+
+
+def test_scheduler_runs_go_by_their_own_times(cli: CliFn, tmp_path: Path) -> None:
+    """A cron run has no sessions: record; its keys age by their own times, not as orphans."""
+    from tests.helpers.gateway import (
+        RUN_AGENT,
+        RUN_HASH,
+        RUN_ID,
+        RUN_LINEAGE_ID,
+        SCHEDULER_RUN_ROWS,
+        write_gateway_store,
+    )
+
+    db = write_gateway_store(tmp_path / "run.db", {**GATEWAY_ROWS, **SCHEDULER_RUN_ROWS})
+    run_keys = set(SCHEDULER_RUN_ROWS)
+
+    def planned(as_of: str) -> dict[str, dict[str, object]]:
+        result = cli("--db", str(db), "retention", "plan", "--list", "--as-of", as_of, "-f", "json")
+        assert result.exit_code == 0, result.stderr
+        return {row["key"]: row for row in result.json()}  # type: ignore[union-attr]
+
+    # 14 days after the run: nothing of it goes, nothing of it is of unknown age
+    assert not set(planned("2026-04-10T00:00:00Z")) & run_keys
+    # 35 days after: its messages, their counter and its todo list go; its lineage
+    # (90 days) and the keys that follow it stay, and so does its memory
+    later = planned("2026-05-01T00:00:00Z")
+    went = {
+        f"conv:{RUN_ID}:000000000000",
+        f"conv:{RUN_ID}:000000000001",
+        f"conv:{RUN_ID}:000000000002",
+        f"conv-session:{RUN_ID}",
+        f"todos:{RUN_AGENT}",
+    }
+    assert set(later) & run_keys == went
+    assert all(later[key]["action"] == "delete" for key in went)
+    assert later[f"todos:{RUN_AGENT}"]["reason"] == "scheduler run idle for more than 30d"
+    # 95 days after: the lineage record goes, its index keys with it
+    latest = planned("2026-07-01T00:00:00Z")
+    assert set(latest) & run_keys == went | {
+        f"lineage:{RUN_LINEAGE_ID}",
+        f"lineage-session:{RUN_ID}:{RUN_LINEAGE_ID}",
+        f"lineage-hash:{RUN_HASH}",
+    }
+    swept = cli("--db", str(db), "retention", "sweep", "--yes", "--as-of", "2026-05-01T00:00:00Z")
+    assert swept.exit_code == 0, swept.stderr
+    left = kv_rows(db)
+    assert not went & set(left)
+    assert f"memory:{RUN_AGENT}:INTERNAL:inbox-summary" in left  # a live memory never goes
+    assert f"lineage:{RUN_LINEAGE_ID}" in left and "todos:main-session" in left
 
 
 def test_sweep_needs_yes_off_a_tty_and_dry_run_is_the_plan(cli: CliFn, gateway_db: Path) -> None:

@@ -25,6 +25,20 @@ SESSION_ID = "3f6c2a8e-5b1d-4c7a-9e2f-0a1b2c3d4e5f"
 OWNER_ID = "9b8a7c6d-1e2f-4a3b-8c5d-6e7f8a9b0c1d"
 LINEAGE_ID = "5e4d3c2b-1a09-4f8e-b7d6-c5b4a3928170"
 CRON_ID = "c1d2e3f4-a5b6-4c7d-8e9f-0a1b2c3d4e5f"
+#: The cron run that wrote the "digest" memory, long gone with its lineage record:
+#: the memory (kept forever) still names both.
+OLD_RUN_ID = "0e1f2a3b-4c5d-4e6f-8a7b-9c0d1e2f3a4b"
+OLD_RUN_LINEAGE_ID = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d"
+#: A cron run of CRON_ID (its first run in cron-history): a session id of its own, no
+#: sessions: record (see SCHEDULER_RUN_ROWS). It started at 2026-03-27T08:59:55.000Z.
+RUN_ID = "7a1b2c3d-4e5f-4a6b-9c7d-8e9f0a1b2c3d"
+RUN_AGENT = "scheduler-cron-1774601995000"
+RUN_LINEAGE_ID = "2b3c4d5e-6f70-4182-a394-a5b6c7d8e9f0"
+RUN_HASH = "ea92152ef3fe3eec21bc44d81d915428032d7a87ff6c4f486441c56c134d417d"
+RUN_RESULT = (
+    "gmail_search: newer_than:1d\n"
+    "3 new messages: invoice from Acme, standup moved to 10:00, flight confirmation"
+)
 
 
 def _js(document: object) -> str:
@@ -42,20 +56,23 @@ def memory_record(
     created: str = "2026-03-02T10:15:30.123Z",
     updated: str = "2026-03-28T14:07:00.005Z",
     expired: bool = False,
+    source: str = SESSION_ID,
+    lineage: str | None = None,
 ) -> str:
-    return _js(
-        {
-            "key": key,
-            "agentId": agent,
-            "classification": level,
-            "content": content,
-            "tags": tags or [],
-            "createdAt": created,
-            "updatedAt": updated,
-            "expired": expired,
-            "sourceSessionId": SESSION_ID,
-        }
-    )
+    record: dict[str, object] = {
+        "key": key,
+        "agentId": agent,
+        "classification": level,
+        "content": content,
+        "tags": tags or [],
+        "createdAt": created,
+        "updatedAt": updated,
+        "expired": expired,
+        "sourceSessionId": source,
+    }
+    if lineage is not None:
+        record["lineageId"] = lineage
+    return _js(record)
 
 
 GATEWAY_ROWS: dict[str, str] = {
@@ -78,43 +95,47 @@ GATEWAY_ROWS: dict[str, str] = {
         }
     ),
     "main-session-id": SESSION_ID,  # older installs: a bare UUID
-    f"conv:{SESSION_ID}:000000000001": _js(
+    # Messages are numbered from 0; the counter holds the last number.
+    f"conv:{SESSION_ID}:000000000000": _js(
         {
-            "message_id": "m1",
+            "message_id": "6d1e0b5a-2c3f-4e7a-9b8c-1d2e3f4a5b6c",
             "session_id": SESSION_ID,
             "role": "user",
             "content": "Hva er været i Oslo?",
             "classification": "PUBLIC",
             "timestamp": "2026-03-28T14:05:41.000Z",
-            "sequence": 1,
+            "sequence": 0,
             "compacted": False,
+            "token_count": 6,
         }
     ),
-    f"conv:{SESSION_ID}:000000000002": _js(
+    f"conv:{SESSION_ID}:000000000001": _js(
         {
-            "message_id": "m2",
+            "message_id": "8f2a1c4e-7b3d-4f9a-8e6c-5d4b3a2f1e0d",
             "session_id": SESSION_ID,
             "role": "assistant",
             "content": "Det er 4 °C og regn.",
             "classification": "PUBLIC",
             "timestamp": "2026-03-28T14:05:43.250Z",
-            "sequence": 2,
+            "sequence": 1,
             "compacted": False,
+            "token_count": 5,
         }
     ),
-    f"conv-session:{SESSION_ID}": '{"lastSequence":2}',
+    f"conv-session:{SESSION_ID}": '{"lastSequence":1}',
+    # What a tool call records (the tool_call message of this older build's store is gone).
     f"lineage:{LINEAGE_ID}": _js(
         {
             "lineage_id": LINEAGE_ID,
             "content_hash": "ab" * 32,
             "origin": {
-                "source_type": "web",
-                "source_name": "yr.no",
+                "source_type": "web_request",
+                "source_name": "web_fetch",
                 "accessed_at": "2026-03-28T14:05:42.000Z",
-                "accessed_by": SESSION_ID,
-                "access_method": "fetch",
+                "accessed_by": OWNER_ID,
+                "access_method": "web_fetch",
             },
-            "classification": {"level": "PUBLIC", "reason": "public web page"},
+            "classification": {"level": "PUBLIC", "reason": "Tool call: web_fetch"},
             "sessionId": SESSION_ID,
         }
     ),
@@ -181,6 +202,34 @@ GATEWAY_ROWS: dict[str, str] = {
             "linkedAt": "2026-02-01T12:00:00.000Z",
         }
     ),
+    "session-id:telegram": _js({"id": SESSION_ID, "createdAt": "2026-03-28T14:05:40.902Z"}),
+    "workflows:inbox-triage": _js(
+        {
+            "name": "inbox-triage",
+            "yaml": "name: inbox-triage\nsteps:\n  - run: gmail_search\n",
+            "classification": "INTERNAL",
+            "savedAt": "2026-03-20T10:00:00.000Z",
+        }
+    ),
+    "workflow-versions:inbox-triage:4c5d6e7f-8a9b-4c0d-9e1f-2a3b4c5d6e7f": _js(
+        {
+            "version": {
+                "versionId": "4c5d6e7f-8a9b-4c0d-9e1f-2a3b4c5d6e7f",
+                "workflowName": "inbox-triage",
+                "agentId": "main-session",
+                "versionNumber": 1,
+                "definition": "name: inbox-triage\nsteps:\n  - run: gmail_search\n",
+                "diff": "+  - run: gmail_search",
+                "status": "APPROVED",
+                "source": "human",
+                "authorReasoning": "search the inbox first",
+                "proposedAt": "2026-03-20T09:00:00.000Z",
+                "resolvedAt": "2026-03-20T10:00:00.000Z",
+                "resolvedBy": "owner",
+            },
+            "classification": "INTERNAL",
+        }
+    ),
     "prefs:owner:bumpers_default": "true",
     "browser:profile:main-session:watermark": "CONFIDENTIAL",
     "memory:main-session:PUBLIC:user-name": memory_record(
@@ -195,13 +244,107 @@ GATEWAY_ROWS: dict[str, str] = {
     "memory:main-session:PUBLIC:old-fact": memory_record(
         "old-fact", "PUBLIC", "Prefers tea", expired=True, updated="2026-03-29T08:00:00.000Z"
     ),
-    # Saved by a cron run: in kv, never indexed.
+    # Saved by a cron run: in kv, never indexed; it names its run and lineage record.
     "memory:scheduler-telegram-1711612800000:PUBLIC:digest": memory_record(
-        "digest", "PUBLIC", "Daily digest sent", agent="scheduler-telegram-1711612800000"
+        "digest",
+        "PUBLIC",
+        "Daily digest sent",
+        agent="scheduler-telegram-1711612800000",
+        source=OLD_RUN_ID,
+        lineage=OLD_RUN_LINEAGE_ID,
     ),
     # Keys of no known namespace.
     "custom:thing:1": "x",
     "nocolon": "y",
+}
+
+#: A cron run as the gateway leaves it: no sessions: record, its messages (numbered
+#: from 0: the job's task, a tool call, the answer), its lineage keys, its todo list
+#: and a memory of its agent, never indexed.
+SCHEDULER_RUN_ROWS: dict[str, str] = {
+    f"conv:{RUN_ID}:000000000000": _js(
+        {
+            "message_id": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d",
+            "session_id": RUN_ID,
+            "role": "user",
+            "content": "morning brief",
+            "classification": "PUBLIC",
+            "timestamp": "2026-03-27T08:59:55.120Z",
+            "sequence": 0,
+            "compacted": False,
+            "token_count": 4,
+        }
+    ),
+    f"conv:{RUN_ID}:000000000001": _js(
+        {
+            "message_id": "1b2c3d4e-5f6a-4b7c-8d9e-0f1a2b3c4d5e",
+            "session_id": RUN_ID,
+            "role": "tool_call",
+            "content": RUN_RESULT,
+            "classification": "INTERNAL",
+            "timestamp": "2026-03-27T08:59:57.400Z",
+            "sequence": 1,
+            "compacted": False,
+            "lineage_id": RUN_LINEAGE_ID,
+            "tool_name": "gmail_search",
+            "tool_args": {"query": "newer_than:1d"},
+        }
+    ),
+    f"conv:{RUN_ID}:000000000002": _js(
+        {
+            "message_id": "2c3d4e5f-6a7b-4c8d-9e0f-1a2b3c4d5e6f",
+            "session_id": RUN_ID,
+            "role": "assistant",
+            "content": "Morning brief: 3 new messages, standup at 10:00.",
+            "classification": "INTERNAL",
+            "timestamp": "2026-03-27T09:00:00.050Z",
+            "sequence": 2,
+            "compacted": False,
+            "token_count": 13,
+        }
+    ),
+    f"conv-session:{RUN_ID}": '{"lastSequence":2}',
+    f"lineage:{RUN_LINEAGE_ID}": _js(
+        {
+            "lineage_id": RUN_LINEAGE_ID,
+            "content_hash": RUN_HASH,
+            "origin": {
+                "source_type": "google_api",
+                "source_name": "gmail_search",
+                "accessed_at": "2026-03-27T08:59:57.400Z",
+                "accessed_by": OWNER_ID,
+                "access_method": "gmail_search",
+            },
+            "classification": {"level": "INTERNAL", "reason": "Tool call: gmail_search"},
+            "sessionId": RUN_ID,
+        }
+    ),
+    f"lineage-session:{RUN_ID}:{RUN_LINEAGE_ID}": RUN_LINEAGE_ID,
+    f"lineage-hash:{RUN_HASH}": RUN_LINEAGE_ID,
+    f"todos:{RUN_AGENT}": _js(
+        {
+            "todos": [
+                {
+                    "id": "3d4e5f6a-7b8c-4d9e-8f0a-1b2c3d4e5f6a",
+                    "content": "Summarise the inbox",
+                    "status": "completed",
+                    "priority": "medium",
+                    "created_at": "2026-03-27T08:59:56.000Z",
+                    "updated_at": "2026-03-27T08:59:59.000Z",
+                }
+            ]
+        }
+    ),
+    f"memory:{RUN_AGENT}:INTERNAL:inbox-summary": memory_record(
+        "inbox-summary",
+        "INTERNAL",
+        "Three new messages on 27 March",
+        agent=RUN_AGENT,
+        created="2026-03-27T08:59:58.000Z",
+        updated="2026-03-27T08:59:58.000Z",
+        source=RUN_ID,
+        lineage=RUN_LINEAGE_ID,
+    ),
 }
 
 INDEXED = (  # (agent, level, key) rows present in memory_fts and memory_meta

@@ -12,7 +12,13 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from tests.helpers.gateway import GATEWAY_ROWS, memory_record, write_gateway_store
+from tests.helpers.gateway import (
+    GATEWAY_ROWS,
+    OLD_RUN_ID,
+    OLD_RUN_LINEAGE_ID,
+    memory_record,
+    write_gateway_store,
+)
 
 MAIN = "main-session"
 CRON = "scheduler-telegram-1711612800000"
@@ -70,10 +76,20 @@ MEMORY_ROWS: dict[str, str] = {
     mkey(MAIN, "RESTRICTED", "broken-secret"): "not json at all",
     mkey(MAIN, "PUBLIC", "liar"): memory_record("liar", "RESTRICTED", "I claim to be RESTRICTED"),
     mkey(CRON, "PUBLIC", "digest"): memory_record(
-        "digest", "PUBLIC", "Daily digest sent", agent=CRON
+        "digest",
+        "PUBLIC",
+        "Daily digest sent",
+        agent=CRON,
+        source=OLD_RUN_ID,
+        lineage=OLD_RUN_LINEAGE_ID,
     ),
     mkey(SLACK, "INTERNAL", "user-name"): memory_record(
-        "user-name", "INTERNAL", "Slack handle is alice.c", agent=SLACK
+        "user-name",
+        "INTERNAL",
+        "Slack handle is alice.c",
+        agent=SLACK,
+        source="5f6a7b8c-9d0e-4f1a-8b2c-3d4e5f6a7b8c",
+        lineage="6a7b8c9d-0e1f-4a2b-9c3d-4e5f6a7b8c9d",
     ),
 }
 

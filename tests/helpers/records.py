@@ -6,6 +6,7 @@ import json
 from datetime import datetime, timedelta, timezone
 
 NOW = datetime(2026, 6, 1, 12, 0, 0, tzinfo=timezone.utc)
+OWNER = "9b8a7c6d-1e2f-4a3b-8c5d-6e7f8a9b0c1d"
 
 
 def js(document: object) -> str:
@@ -29,7 +30,7 @@ def session(sid: str, created: datetime, *changes: datetime) -> tuple[str, str]:
     ]
     value = {
         "id": sid,
-        "userId": "owner",
+        "userId": OWNER,
         "channelId": "telegram",
         "taint": "PUBLIC",
         "createdAt": iso(created),
@@ -41,7 +42,7 @@ def session(sid: str, created: datetime, *changes: datetime) -> tuple[str, str]:
 
 def conv(sid: str, seq: int, at: datetime) -> tuple[str, str]:
     value = {
-        "message_id": f"m{seq}",
+        "message_id": f"00000000-0000-4000-8000-{seq:012d}",
         "session_id": sid,
         "role": "user",
         "content": "hei",
@@ -49,6 +50,7 @@ def conv(sid: str, seq: int, at: datetime) -> tuple[str, str]:
         "timestamp": iso(at),
         "sequence": seq,
         "compacted": False,
+        "token_count": 1,
     }
     return f"conv:{sid}:{seq:012d}", js(value)
 
@@ -62,13 +64,13 @@ def lineage(lid: str, accessed: datetime, content_hash: str = "ab") -> tuple[str
         "lineage_id": lid,
         "content_hash": content_hash,
         "origin": {
-            "source_type": "web",
-            "source_name": "yr.no",
+            "source_type": "web_request",
+            "source_name": "web_fetch",
             "accessed_at": iso(accessed),
-            "accessed_by": "s",
-            "access_method": "fetch",
+            "accessed_by": OWNER,
+            "access_method": "web_fetch",
         },
-        "classification": {"level": "PUBLIC", "reason": "web"},
+        "classification": {"level": "PUBLIC", "reason": "Tool call: web_fetch"},
         "sessionId": "s",
     }
     return f"lineage:{lid}", js(value)
@@ -99,6 +101,7 @@ def cron_run(jid: str, at: datetime, *, ok: bool = True) -> dict[str, object]:
 
 
 def notification(nid: str, created: datetime, delivered: datetime | None = None) -> tuple[str, str]:
+    """Undelivered, as the gateway stores them; ``delivered`` adds the design's delivery fields."""
     value: dict[str, object] = {
         "id": nid,
         "userId": "owner",
@@ -124,6 +127,7 @@ def memory(
         "createdAt": iso(updated - timedelta(days=10)),
         "updatedAt": iso(updated),
         "expired": expired,
+        "sourceSessionId": "s",
     }
     return f"memory:{agent}:{level}:{key}", js(value)
 

@@ -39,7 +39,10 @@ def namespaces_cmd(
         bool,
         typer.Option(
             "--ages",
-            help="Add oldest/newest record time and unknown-age counts (reads every value).",
+            help=(
+                "Add oldest/newest record time and the counts of records of unknown age and "
+                "of pending ones (a deadline still ahead) (reads every value)."
+            ),
         ),
     ] = False,
     fmt: FormatOpt = None,
@@ -61,6 +64,7 @@ def namespaces_cmd(
             Column("oldest", "oldest"),
             Column("newest", "newest"),
             Column("unknown_age", "age unknown", "right"),
+            Column("pending", "pending", "right"),
         ]
     columns.append(Column("description", "description"))
     total = kv.totals(rows)
