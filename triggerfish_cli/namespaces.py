@@ -171,7 +171,7 @@ NAMESPACES: tuple[Namespace, ...] = (
     _ns("config:", "config snapshots, config:v<N>", "design", "createdAt"),
     _ns(
         "todos:",
-        "agent todo lists, todos:<agent> (scheduler runs: todos:scheduler-<channel>-<ms>)",
+        "agent todo lists, todos:<agent>",
         "gateway",
         key_millis=True,
     ),
