@@ -440,7 +440,7 @@ def _write_batches(
 ) -> int:
     written = 0
     for batch in batched(rows, 5000):
-        provider.set_many(batch)
+        provider.set_batched(batch)
         written += len(batch)
         advance(len(batch))
     return written

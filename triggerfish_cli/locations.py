@@ -81,7 +81,7 @@ class _ReadOnlySqlite(SqliteStorage):
         path = path.expanduser().absolute()
         self.path = path
         self.busy_timeout_ms = busy_timeout_ms
-        self.live_writers = "refuse"  # read-only: it never writes
+        self.gate_mode = "refuse"  # read-only: it never writes
         self._gate = None
         self._conn = None
         if not path.is_file():

@@ -5,8 +5,9 @@ another (SQLite, Postgres, S3, in any direction), then proves the copy.
 
 The copy
     Keys stream from the source in binary key order, in batches of
-    ``batch_size``; each batch is one ``set_many`` on the target (one
-    transaction on SQLite and Postgres, parallel PUTs on S3).
+    ``batch_size``; each batch is one ``set_batched`` on the target (one
+    transaction on Postgres, parallel PUTs on S3, transactions short enough
+    for the write gate on SQLite).
 
 Resuming
     After each batch is written, the target's progress record
@@ -265,7 +266,7 @@ def copy(
     copied = 0
     rows = source.scan(start_after=progress.last_key, batch_size=batch_size)
     for batch in prefetched(_summed(batched(rows, batch_size), sums)):
-        target.set_many(batch)
+        target.set_batched(batch)
         copied += len(batch)
         progress.last_key = batch[-1][0]
         progress.copied += len(batch)

@@ -150,6 +150,9 @@ class NamespacePlan:
     records: int = 0
     actions: list[Action] = field(default_factory=list)
     unknown: list[Unknown] = field(default_factory=list)
+    #: Actions left for later, and why (:func:`defer`).
+    deferred: int = 0
+    note: str | None = None
 
     @property
     def deletes(self) -> int:
@@ -180,7 +183,8 @@ class NamespacePlan:
             "bytes": self.bytes,
             "oldest": self.oldest,
             "unknown_age": len(self.unknown),
-            "rule": self.policy.rule,
+            "deferred": self.deferred,
+            "rule": self.note or self.policy.rule,
         }
 
 
@@ -211,6 +215,22 @@ class Plan:
     @property
     def bytes(self) -> int:
         return sum(plan.bytes for plan in self.namespaces.values())
+
+
+#: Why a sweep leaves ``cron-history:`` alone while the gateway runs (UPSTREAM.md).
+CRON_HISTORY_LIVE = (
+    "deferred while the gateway runs: its daemon keeps each job's history in memory and "
+    "rewrites the whole array after each run, so a trim would come back"
+)
+
+
+def defer(plan: Plan, prefix: str, note: str) -> int:
+    """Take ``prefix``'s actions out of ``plan`` (they are counted as deferred)."""
+    ns_plan = plan.namespaces.get(prefix)
+    if ns_plan is None or not ns_plan.actions:
+        return 0
+    ns_plan.deferred, ns_plan.actions, ns_plan.note = len(ns_plan.actions), [], note
+    return ns_plan.deferred
 
 
 def apply_order(prefixes: Iterable[str]) -> list[str]:

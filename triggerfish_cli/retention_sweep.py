@@ -43,7 +43,14 @@ from typing import Any
 from triggerfish_cli import audit
 from triggerfish_cli.errors import RefusedError, TriggerfishError
 from triggerfish_cli.retention import Policies
-from triggerfish_cli.retention_plan import Action, Plan, make_plan, needed
+from triggerfish_cli.retention_plan import (
+    CRON_HISTORY_LIVE,
+    Action,
+    Plan,
+    defer,
+    make_plan,
+    needed,
+)
 from triggerfish_cli.serialization import to_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -90,8 +97,19 @@ def read_plan(
 
     Without a snapshot (the generic fallback) namespaces are read followers
     first, so a key written meanwhile finds the record it follows; either
-    way the guards are checked again when the sweep applies the plan.
+    way the guards are checked again when the sweep applies the plan. While
+    the gateway has the store open, ``cron-history:`` trims are deferred
+    (:data:`~triggerfish_cli.retention_plan.CRON_HISTORY_LIVE`).
     """
+    plan = _read_plan(provider, policies, now, only)
+    if provider.live_writers():
+        defer(plan, "cron-history:", CRON_HISTORY_LIVE)
+    return plan
+
+
+def _read_plan(
+    provider: StorageProvider, policies: Policies, now: datetime, only: Collection[str] | None
+) -> Plan:
     import gc
 
     from triggerfish_cli.serialization import fast_loads

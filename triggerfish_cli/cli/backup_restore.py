@@ -87,10 +87,10 @@ def _logical(
     from triggerfish_cli.backup_restore import load_logical, load_mode, safety_backup
 
     if target is not None:
-        from triggerfish_cli.backup_restore import check_not_open
         from triggerfish_cli.storage.sqlite import SqliteStorage
 
-        check_not_open(target, options["force"])
+        # Key by key through the write gate, which pauses (or refuses) the live
+        # writers for each short transaction: no need to refuse an open store.
         provider: Any = st.keep(SqliteStorage(target, create=True))
     else:
         provider = st.provider(create=True)

@@ -54,7 +54,8 @@ def in_batches(
     Yields ``(items in the batch, work's result)`` after each committed
     batch. A batch the gate cut short (rolled back) is tried again smaller.
     """
-    sizer = BatchSizer(most)
+    first = 100 if gate is not None and gate.will_freeze() else most
+    sizer = BatchSizer(most, first=first)
     start = 0
     while start < len(items):
         batch = items[start : start + sizer.size]

@@ -23,7 +23,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 _T = TypeVar("_T")
 
@@ -152,6 +152,20 @@ class StorageProvider(Protocol):
 
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
         """Write all items; atomically where the backend can (one transaction)."""
+        ...
+
+    def live_writers(self) -> builtins.list[Any]:
+        """Other processes writing this store that our writes must pause (SQLite: the
+        gateway's, see storage/live_writers.py); empty where the backend has real
+        concurrency control."""
+        ...
+
+    def set_batched(self, items: Sequence[tuple[str, str]]) -> int:
+        """Write all items, in as many transactions as suit the backend (not atomic).
+
+        For idempotent bulk copies (migrate, a merging restore): SQLite keeps
+        each transaction short enough to pause the gateway for.
+        """
         ...
 
     def delete_many(
@@ -318,6 +332,12 @@ class BaseStorage(ABC):
             self.set(key, value)
             written += 1
         return written
+
+    def set_batched(self, items: Sequence[tuple[str, str]]) -> int:
+        return self.set_many(items)
+
+    def live_writers(self) -> builtins.list[Any]:
+        return []
 
     def delete_many(
         self,

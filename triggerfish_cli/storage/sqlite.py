@@ -33,6 +33,7 @@ from triggerfish_cli.errors import (
 )
 from triggerfish_cli.storage import key_ranges
 from triggerfish_cli.storage.batching import BatchSizer
+from triggerfish_cli.storage.live_writers import LiveWriter, live_writers
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -113,7 +114,7 @@ class SqliteStorage(BaseStorage):
         self.path = Path(path)
         self.busy_timeout_ms = busy_timeout_ms
         #: freeze | refuse | ignore (write_gate.py); None: the operator's choice.
-        self.live_writers = mode_for(live_writers)
+        self.gate_mode = mode_for(live_writers)
         self._gate: WriteGate | None = None
         self._conn: sqlite3.Connection | None = None
         self._conn = _open(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
@@ -135,9 +136,13 @@ class SqliteStorage(BaseStorage):
         """The write gate every write transaction on this store passes (write_gate.py)."""
         if self._gate is None:
             self._gate = WriteGate(
-                self.path, self.live_writers, busy_timeout_ms=self.busy_timeout_ms
+                self.path, self.gate_mode, busy_timeout_ms=self.busy_timeout_ms
             )
         return self._gate
+
+    def live_writers(self) -> builtins.list[LiveWriter]:
+        """The other processes that have the store open (the gateway's daemon and CLI)."""
+        return live_writers(self.path)
 
     def gate_stats(self) -> dict[str, Any] | None:
         """What the write gate did so far (None: nothing was written)."""
@@ -433,6 +438,12 @@ class SqliteStorage(BaseStorage):
 
         return self.write(write_all, "write")
 
+    def set_batched(self, items: Sequence[tuple[str, str]]) -> int:
+        """Gate-sized transactions (see :meth:`_batched_write`): not atomic, never too long."""
+        return self._batched_write(
+            "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", items, len(items), 0.0, None
+        )
+
     def _batched_write(
         self,
         sql: str,
@@ -448,7 +459,8 @@ class SqliteStorage(BaseStorage):
         short by the gate's cap is tried again in halves).
         """
         done = 0
-        sizer = BatchSizer(batch_size, budget=self.gate.budget)
+        first = 100 if self.gate.will_freeze() else batch_size
+        sizer = BatchSizer(batch_size, budget=self.gate.budget, first=first)
         pending: list[Sequence[str]] = []
         source = iter(rows)
         while True:

@@ -227,6 +227,10 @@ class WriteGate:
         self.stats.writers.update(writer.pid for writer in found)
         return found
 
+    def will_freeze(self) -> bool:
+        """Whether a write now would pause someone (for sizing a job's first batch)."""
+        return self.mode != "ignore" and bool(self.writers())
+
     def refuse_if_needed(self, writers: Sequence[LiveWriter]) -> None:
         if not writers or self.mode == "ignore":
             return
