@@ -52,7 +52,10 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture
 def writer(gateway_db: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
-    """A second process inserting every few milliseconds until the stop file appears."""
+    """A second process inserting every few milliseconds until the stop file appears
+    (no busy timeout, like the gateway), on a store big enough for the copy to
+    overlap its writes."""
+    _fill(gateway_db, 20_000)
     stop, out = tmp_path / "stop", tmp_path / "writer.json"
     with writer_process.running(gateway_db, stop, out) as process:
         yield process, stop
@@ -65,7 +68,6 @@ def test_a_backup_under_a_live_writer_restores_everything_committed_before_it(
     writer: tuple[subprocess.Popen[bytes], Path],
 ) -> None:
     process, stop = writer
-    _fill(gateway_db, 20_000)  # a store big enough for the copy to overlap the writes
     time.sleep(0.2)
     before = _rows(gateway_db)
     run = cli("backup", "create", "--format", "json")

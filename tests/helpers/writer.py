@@ -2,7 +2,8 @@
 
     python writer.py DB STOPFILE OUTFILE SESSION_ID...
 
-Until STOPFILE exists it writes every few milliseconds (busy timeout 5 s):
+Until STOPFILE exists it writes every few milliseconds with no busy timeout,
+as the gateway does (a write that meets a lock fails at once and is reported):
 new young sessions, revivals of the given (old) sessions with a fresh
 ``createdAt``, and new messages to them with their counter. Then it writes
 OUTFILE: ``{"writes": {key: last value written}, "errors": [...], "count": N}``.
@@ -44,7 +45,8 @@ def now_iso() -> str:
 def main() -> None:
     db, stop, out = Path(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
     old = sys.argv[4:]
-    conn = sqlite3.connect(db, timeout=5.0, isolation_level=None)
+    conn = sqlite3.connect(db, timeout=0, isolation_level=None)
+    conn.execute("SELECT count(*) FROM kv").fetchone()  # open, WAL index built
     writes: dict[str, str] = {}
     errors: list[str] = []
     count = 0
