@@ -98,7 +98,6 @@ def test_a_backup_under_a_live_writer_restores_everything_committed_before_it(
 def test_a_logical_backup_under_a_live_writer(
     cli: CliFn, gateway_db: Path, tmp_path: Path, writer: tuple[subprocess.Popen[bytes], Path]
 ) -> None:
-    _fill(gateway_db, 5_000)
     before = set(_rows(gateway_db))
     run = cli("backup", "create", "--logical", "--verify", "--format", "json")
     assert run.exit_code == 0, run.stderr
