@@ -79,3 +79,125 @@ def test_ruff_and_mypy_are_clean() -> None:
         [sys.executable, "-m", "mypy"], capture_output=True, text=True, timeout=300, cwd=root
     )
     assert mypy.returncode == 0, mypy.stdout + mypy.stderr
+
+
+# -- the write gate: nothing writes to a SQLite store around it ---------------------------
+
+#: Where SQLite write statements may appear outside a gated transaction, and why.
+PRIVATE_DATABASES = {
+    "storage/sqlite.py": "the backend itself: every write method goes through transaction()",
+    "storage/write_gate.py": "the gate itself (BEGIN IMMEDIATE / COMMIT)",
+    "storage/postgres.py": "Postgres: real concurrency control, no gate",
+    "storage/pg_lock.py": "Postgres advisory locks",
+    "memory_pg.py": "Postgres: real concurrency control, no gate",
+    "memory_index.py": "a private in-RAM FTS5 probe table (:memory:)",
+    "backup_verify.py": "a private scratch copy of a backup being verified",
+    "backup_snapshot.py": "the backup's own copy file, written by SQLite's backup API",
+}
+WRITE_WORDS = ("BEGIN", "INSERT", "REPLACE", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
+#: Pragmas that change the file (the rest set up our own connection).
+FILE_PRAGMAS = ("JOURNAL_MODE", "USER_VERSION", "APPLICATION_ID", "PAGE_SIZE", "AUTO_VACUUM")
+GATED = {"transaction", "_transaction", "private_transaction"}
+#: Helpers that write on the connection their caller passes them: every call of
+#: one must itself sit inside a gated transaction (checked).
+GATED_HELPERS = {"memory_fts.py": {"_reindex_one"}}
+
+
+def _is_write(sql: str) -> bool:
+    head = " ".join(sql.split()).upper()
+    if head.startswith("PRAGMA"):
+        name, _, value = head.removeprefix("PRAGMA ").partition("=")
+        return bool(value) and name.strip().split(".")[-1] in FILE_PRAGMAS
+    if head.startswith("WITH"):  # a CTE in front of an INSERT, UPDATE, DELETE
+        return any(f" {word} " in f" {head} " for word in WRITE_WORDS[1:5])
+    return head.startswith(WRITE_WORDS)
+
+
+def _strings(tree: ast.Module) -> dict[str, str]:
+    """Module-level NAME = "sql" constants."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            value = node.value.value
+            for target in node.targets:
+                if isinstance(target, ast.Name) and isinstance(value, str):
+                    found[target.id] = value
+    return found
+
+
+def _sql_of(node: ast.expr, constants: dict[str, str]) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(
+            part.value if isinstance(part, ast.Constant) else "?" for part in node.values
+        )
+    if isinstance(node, ast.Name):
+        return constants.get(node.id)
+    return None
+
+
+def _name_of(func: ast.expr) -> str:
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return func.id if isinstance(func, ast.Name) else ""
+
+
+def _ungated_writes(path: Path, helpers: set[str] | None = None) -> list[int]:
+    """Lines of write statements (and calls of ``helpers``) outside gated transactions."""
+    helpers = helpers or set()
+    tree = ast.parse(path.read_text())
+    constants = _strings(tree)
+    bad: list[int] = []
+
+    def visit(node: ast.AST, gated: bool, function: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = node.name
+        if isinstance(node, ast.With):
+            for item in node.items:
+                call = item.context_expr
+                if isinstance(call, ast.Call) and _name_of(call.func) in GATED:
+                    gated = True
+        if isinstance(node, ast.Call) and not gated and function not in helpers:
+            name = _name_of(node.func)
+            if name in ("execute", "executemany", "executescript") and node.args:
+                sql = _sql_of(node.args[0], constants)
+                if sql is not None and _is_write(sql):
+                    bad.append(node.lineno)
+            elif name in helpers:
+                bad.append(node.lineno)
+        for child in ast.iter_child_nodes(node):
+            visit(child, gated, function)
+
+    visit(tree, False, "")
+    return bad
+
+
+def test_no_module_writes_to_a_sqlite_store_around_the_write_gate() -> None:
+    """Every write statement sits inside a gated transaction (or a private database's)."""
+    offenders = {}
+    for path in PACKAGE.rglob("*.py"):
+        relative = path.relative_to(PACKAGE).as_posix()
+        if relative in PRIVATE_DATABASES:
+            continue
+        lines = _ungated_writes(path, GATED_HELPERS.get(relative))
+        if lines:
+            offenders[relative] = lines
+    assert offenders == {}
+
+
+def test_the_write_check_finds_an_ungated_write(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "SQL = 'DELETE FROM kv WHERE key = ?'\n"
+        "def bad(conn):\n    conn.execute(SQL, ('a',))\n"
+        "def good(provider):\n"
+        "    with provider.transaction('x') as conn:\n        conn.execute(SQL, ('a',))\n"
+        "        helper(conn)\n"
+        "def reads(conn):\n"
+        "    conn.execute('SELECT 1'); conn.execute('PRAGMA wal_checkpoint(PASSIVE)')\n"
+        "    conn.execute('PRAGMA mmap_size=1'); conn.execute('PRAGMA journal_mode=WAL')\n"
+        "def helper(conn):\n    conn.execute(SQL, ('b',))\n"
+        "def careless(conn):\n    helper(conn)\n"
+    )
+    assert _ungated_writes(sample, {"helper"}) == [3, 10, 14]

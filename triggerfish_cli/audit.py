@@ -79,5 +79,11 @@ def record(
         value["counts"] = dict(counts)
     if details:
         value.update(details)
+    gate = provider.gate_stats()
+    if gate and gate.get("freezes"):  # what this command's writes cost the live writers
+        value["gate"] = {
+            name: gate[name]
+            for name in ("freezes", "frozen_seconds", "longest_freeze_ms", "busy_retries")
+        }
     provider.set(key, dumps(value))
     return key

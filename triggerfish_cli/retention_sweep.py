@@ -170,6 +170,8 @@ class SweepResult:
     interrupted: bool = False
     error: str | None = None
     audit_key: str | None = None
+    #: What the write gate did (SQLite): freezes, seconds the live writers were paused.
+    gate: dict[str, Any] | None = None
 
     def total(self, name: str) -> int:
         return sum(int(getattr(result, name)) for result in self.namespaces)
@@ -190,6 +192,7 @@ class SweepResult:
             "error": self.error,
             **self.counts(),
             "audit_key": self.audit_key,
+            "gate": self.gate,
             "namespaces": [result.as_dict() for result in self.namespaces],
         }
 
@@ -377,6 +380,7 @@ def _signals_deferred() -> Iterator[None]:
 def _finish(provider: StorageProvider, result: SweepResult, *, quiet: bool = False) -> None:
     """The one audit record of this sweep (best effort when the sweep failed)."""
     result.finished = utc_now()
+    result.gate = provider.gate_stats()
     details: dict[str, Any] = {
         "as_of": to_iso(result.as_of),
         "interrupted": result.interrupted,

@@ -314,7 +314,7 @@ def test_an_interrupted_migration_resumes(
     rows = numbered(45)
     source, target = seeded(spot("sqlite"), rows), spot(kind)
     provider_class = type(target.open())
-    real = provider_class.set_many
+    real = provider_class.set_batched
     calls = []
 
     def interrupted_on_the_third_batch(self: Any, items: Any) -> int:
@@ -323,13 +323,13 @@ def test_an_interrupted_migration_resumes(
             raise KeyboardInterrupt
         return real(self, items)
 
-    monkeypatch.setattr(provider_class, "set_many", interrupted_on_the_third_batch)
+    monkeypatch.setattr(provider_class, "set_batched", interrupted_on_the_third_batch)
     stopped = run(cli, source, target, "--batch-size", "10")
     assert stopped.exit_code == 130
     assert "run the same command again" in stopped.stderr
     last = assert_consistent(target, rows)
     assert last == "conv:s:0019"
-    monkeypatch.setattr(provider_class, "set_many", real)
+    monkeypatch.setattr(provider_class, "set_batched", real)
     finished = run(cli, source, target, "--batch-size", "10")
     assert finished.exit_code == 0, finished.stderr
     report = finished.json()
@@ -407,7 +407,7 @@ def test_a_source_changed_during_the_copy_fails_verification(
     data_version shows it, the source is read again, and the difference is found."""
     source = seeded(spot("sqlite"), {"sessions:1": "a", "sessions:2": "b", "sessions:3": "c"})
     target = spot("sqlite")
-    real = SqliteStorage.set_many
+    real = SqliteStorage.set_batched
     calls = []
 
     def gateway_writes_meanwhile(self: Any, items: Any) -> int:
@@ -417,14 +417,14 @@ def test_a_source_changed_during_the_copy_fails_verification(
             seeded(source, {"sessions:1": "changed", "sessions:0": "new"})
         return written
 
-    monkeypatch.setattr(SqliteStorage, "set_many", gateway_writes_meanwhile)
+    monkeypatch.setattr(SqliteStorage, "set_batched", gateway_writes_meanwhile)
     failed = run(cli, source, target, "--batch-size", "1")
     assert failed.exit_code == 5 and "sessions:" in failed.stderr and "--merge" in failed.stderr
     [row] = failed.json()["namespaces"]
     assert (row["different"], row["missing"], row["ok"]) == (1, 1, False)
     assert failed.json()["verified"] is False
     assert PROGRESS_KEY not in target.contents() and audits(target.contents()) == []
-    monkeypatch.setattr(SqliteStorage, "set_many", real)
+    monkeypatch.setattr(SqliteStorage, "set_batched", real)
     fixed = run(cli, source, target, "--merge", "--yes")
     assert fixed.exit_code == 0 and fixed.json()["verified"], fixed.stderr
     assert without_audit(target.contents()) == source.contents()
@@ -465,12 +465,12 @@ def test_a_target_holding_another_migration_is_refused(
 ) -> None:
     first, second = seeded(spot("sqlite"), numbered(30)), seeded(spot("sqlite"), {"b": "2"})
     target = spot("sqlite")
-    real = SqliteStorage.set_many
+    real = SqliteStorage.set_batched
     monkeypatch.setattr(
-        SqliteStorage, "set_many", lambda self, items: (_ for _ in ()).throw(KeyboardInterrupt)
+        SqliteStorage, "set_batched", lambda self, items: (_ for _ in ()).throw(KeyboardInterrupt)
     )
     assert run(cli, first, target, "--batch-size", "10").exit_code == 130
-    monkeypatch.setattr(SqliteStorage, "set_many", real)
+    monkeypatch.setattr(SqliteStorage, "set_batched", real)
     refused = run(cli, second, target, "--merge", "--yes")
     assert refused.exit_code == 4 and "unfinished migration from" in refused.stderr
     assert run(cli, first, target).exit_code == 0

@@ -109,6 +109,7 @@ def test_plan_is_per_namespace_and_writes_nothing(cli: CliFn, gateway_db: Path) 
         "bytes": sum(len(GATEWAY_ROWS[k].encode()) for k in GONE if k.startswith("conv:")),
         "oldest": "2026-03-28T14:05:41.000Z",
         "unknown_age": 0,
+        "deferred": 0,
         "rule": "messages older than 30d",
     }
     assert sum(row["delete"] for row in rows.values()) == len(GONE)
@@ -224,9 +225,11 @@ def test_sweep_deletes_the_plan_and_nothing_else(cli: CliFn, gateway_db: Path) -
     assert list(summary) == [
         "store", "as_of", "started_at", "finished_at", "seconds", "interrupted", "error",
         "planned", "deleted", "trimmed", "entries_removed", "changed", "guarded", "bytes",
-        "unknown_age", "audit_key", "namespaces",
+        "unknown_age", "audit_key", "gate", "namespaces",
     ]  # fmt: skip
     assert summary["store"] == f"sqlite:{gateway_db}"
+    assert summary["gate"]["freezes"] == 0  # nobody else had the store open
+    assert summary["gate"]["transactions"] >= 1
     assert summary["as_of"] == "2026-07-01T00:00:00.000Z"
     assert (summary["planned"], summary["deleted"], summary["changed"]) == (8, 8, 0)
     assert summary["interrupted"] is False and summary["error"] is None

@@ -160,6 +160,10 @@ class StorageProvider(Protocol):
         concurrency control."""
         ...
 
+    def gate_stats(self) -> dict[str, Any] | None:
+        """What the write gate did so far (SQLite); None where there is none."""
+        ...
+
     def set_batched(self, items: Sequence[tuple[str, str]]) -> int:
         """Write all items, in as many transactions as suit the backend (not atomic).
 
@@ -338,6 +342,10 @@ class BaseStorage(ABC):
 
     def live_writers(self) -> builtins.list[Any]:
         return []
+
+    def gate_stats(self) -> dict[str, Any] | None:
+        """What the write gate did so far (SQLite); None where there is none."""
+        return None
 
     def delete_many(
         self,

@@ -145,17 +145,34 @@ class FreezeTooLong(BusyError):
 
 @contextlib.contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold the signals that would stop or end us during a freeze (main thread, Unix)."""
+    """Hold back the signals that would stop or end us during a freeze (main thread, Unix).
+
+    Two layers: the signals are blocked in this thread, and their Python
+    handlers are swapped for one that only notes them (a signal the kernel
+    hands to another thread of ours still runs its handler here, in the main
+    thread). After the freeze the real handlers are back and each signal
+    noted is raised again: Ctrl-C, Ctrl-Z and kill land with everyone running.
+    """
     if not hasattr(signal, "pthread_sigmask") or (
         threading.current_thread() is not threading.main_thread()
     ):
         yield
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+    noted: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        noted.append(signum)
+
+    handlers = {signum: signal.signal(signum, note) for signum in HELD_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        for number in dict.fromkeys(noted):
+            signal.raise_signal(number)
 
 
 class _Freeze:
