@@ -303,8 +303,15 @@ class Loaded:
         }
 
 
-def load_mode(provider: StorageProvider, *, replace: bool, merge: bool) -> str:
-    """``empty``, ``replace`` or ``merge``; a non-empty store without either is refused."""
+def load_mode(
+    provider: StorageProvider, *, replace: bool, merge: bool, force: bool = False
+) -> str:
+    """``empty``, ``replace`` or ``merge``; a non-empty store without either is refused.
+
+    ``replace`` is refused (exit 6) while other processes write the store (the
+    gateway): the store becomes exactly the backup, so what they write meanwhile
+    would be lost; ``force`` does it anyway. ``merge`` only adds and overwrites.
+    """
     if replace and merge:
         from triggerfish_cli.errors import UsageError
 
@@ -313,6 +320,16 @@ def load_mode(provider: StorageProvider, *, replace: bool, merge: bool) -> str:
     if empty:
         return "empty"
     if replace:
+        writers = [] if force else provider.live_writers()
+        if writers:
+            from triggerfish_cli.storage.live_writers import describe_writers
+
+            raise BusyError(
+                f"{provider.describe()}: --replace while live writers have the store open "
+                f"({describe_writers(writers)}): what they write during the restore would be "
+                "lost; nothing was restored",
+                hint="stop the gateway first, use --merge, or pass --force to replace anyway",
+            )
         return "replace"
     if merge:
         return "merge"
@@ -323,15 +340,13 @@ def load_mode(provider: StorageProvider, *, replace: bool, merge: bool) -> str:
     )
 
 
-#: Backends whose logical restore runs in one transaction.
-TRANSACTIONAL = ("sqlite", "postgres")
-
-
 def safety_backup(provider: StorageProvider, mode: str) -> str | None:
-    """Before --replace/--merge on a store without transactions (S3): a logical backup
-    of it in the default backup directory, the way back if the restore stops part way.
-    None when there is nothing to protect (an empty store) or the load is all or nothing."""
-    if mode == "empty" or provider.backend in TRANSACTIONAL:
+    """Before --replace/--merge that cannot be one transaction (S3; SQLite while the
+    gateway writes: the write gate keeps each transaction short): a logical backup
+    of the store in the default backup directory, the way back if the restore stops
+    part way. None when there is nothing to protect (an empty store) or the load is
+    all or nothing."""
+    if mode == "empty" or provider.atomic_loads():
         return None
     from triggerfish_cli.backup_create import create_backup
     from triggerfish_cli.backup_dest import LocalDestination
@@ -400,7 +415,7 @@ def _load(
         if on_progress is not None:
             on_progress(count)
 
-    if isinstance(provider, SqliteStorage):
+    if isinstance(provider, SqliteStorage) and provider.atomic_loads():
         written = deleted = 0
         with provider.transaction("restore") as conn:  # all or nothing
             if mode == "replace":

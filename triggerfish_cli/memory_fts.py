@@ -63,7 +63,7 @@ from triggerfish_cli.storage.sqlite import (
     private_transaction,
     translate_error,
 )
-from triggerfish_cli.storage.write_gate import WriteGate
+from triggerfish_cli.storage.write_gate import WriteGate, retried
 
 # The gateway's index statements (src/tools/memory/search/search_fts5.ts), verbatim.
 DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
@@ -267,15 +267,22 @@ class Fts5Index:
     ) -> tuple[str | None, str]:
         parts = split_key(storage_key)
         assert parts is not None
-        with self._transaction("memory write") as conn:
-            row = conn.execute("SELECT value FROM kv WHERE key = ?", (storage_key,)).fetchone()
-            old = None if row is None else str(row[0])
-            new = update(old)
-            conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (storage_key, new))
-            if self.present:
-                rowids = self._rows_of(conn, parts[0], parts[1].name, parts[2])
-                self._reindex_one(conn, storage_key, new, rowids)
-        return old, new
+
+        def once() -> tuple[str | None, str]:
+            with self._transaction("memory write") as conn:
+                row = conn.execute("SELECT value FROM kv WHERE key = ?", (storage_key,))
+                found = row.fetchone()
+                old = None if found is None else str(found[0])
+                new = update(old)
+                conn.execute(
+                    "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (storage_key, new)
+                )
+                if self.present:
+                    rowids = self._rows_of(conn, parts[0], parts[1].name, parts[2])
+                    self._reindex_one(conn, storage_key, new, rowids)
+            return old, new
+
+        return retried(once)
 
     def hard_delete(
         self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None

@@ -513,13 +513,13 @@ class _MemoryIndex:
 
     def delete_if_unchanged(self, items: Sequence[tuple[str, str]]) -> int:
         """Delete in one transaction; in halves when the write gate cut it short."""
-        from triggerfish_cli.storage.write_gate import FreezeTooLong
+        from triggerfish_cli.storage.write_gate import FreezeTooLong, retried
 
+        if len(items) <= 1:
+            return retried(lambda: self._delete(items))
         try:
             return self._delete(items)
         except FreezeTooLong:
-            if len(items) <= 1:
-                raise
             half = len(items) // 2
             return self.delete_if_unchanged(items[:half]) + self.delete_if_unchanged(items[half:])
 

@@ -228,3 +228,22 @@ def test_the_writer_test_sees_failures_when_the_gate_is_off(
     report = gateway_writer.report(tmp_path)
     assert report.fail > 0
     assert "database is locked" in report.errors[0]
+
+
+def test_a_replacing_restore_is_refused_while_the_gateway_writes(
+    cli: CliFn, live: Path, base_dir: Path, tmp_path: Path
+) -> None:
+    """It would lose what the gateway writes meanwhile; --force does it, in batches, with a
+    safety backup of the store first (the gate keeps every transaction short)."""
+    _prepare_restore(cli, live, base_dir)
+    ok(cli("kv", "set", "ux:after-the-backup", "1"))
+    args = ("backup", "restore", "--latest", "--from", str(base_dir / "bk"), "--replace", "--yes")
+    with gateway_writer.running(live, tmp_path):
+        refused = cli(*args)
+        assert refused.exit_code == 6 and "--replace while live writers" in refused.stderr
+        assert SqliteStorage(live).get("ux:after-the-backup") == "1"  # nothing was restored
+        forced = cli(*args, "--force")
+    assert forced.exit_code == 0, forced.stderr
+    assert "saved in" in forced.stderr  # the way back
+    assert SqliteStorage(live).get("ux:after-the-backup") is None
+    assert gateway_writer.report(tmp_path).fail == 0

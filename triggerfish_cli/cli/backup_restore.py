@@ -94,7 +94,9 @@ def _logical(
         provider: Any = st.keep(SqliteStorage(target, create=True))
     else:
         provider = st.provider(create=True)
-    mode = load_mode(provider, replace=options["replace"], merge=options["merge"])
+    mode = load_mode(
+        provider, replace=options["replace"], merge=options["merge"], force=options["force"]
+    )
     if dry_run:
         show_restore(
             out,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate
+from triggerfish_cli.storage.write_gate import ATTEMPTS, FreezeTooLong, WriteGate
 
 X = TypeVar("X")
 R = TypeVar("R")
@@ -57,15 +57,18 @@ def in_batches(
     first = 100 if gate is not None and gate.will_freeze() else most
     sizer = BatchSizer(most, first=first)
     start = 0
+    cuts = 0
     while start < len(items):
         batch = items[start : start + sizer.size]
         try:
             result = work(batch)
         except FreezeTooLong:
-            if len(batch) <= 1:
+            cuts = cuts + 1 if len(batch) <= 1 else 0
+            if cuts >= ATTEMPTS:
                 raise
             sizer.cut()
             continue
+        cuts = 0
         start += len(batch)
         if gate is not None:
             sizer.record(len(batch), gate.last_hold, gate.last_frozen)

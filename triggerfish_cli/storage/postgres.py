@@ -435,6 +435,9 @@ class PostgresStorage(BaseStorage):
             found.update(rows)
         return found
 
+    def atomic_loads(self) -> bool:
+        return True
+
     def set_many(self, items: Iterable[tuple[str, str]]) -> int:
         """All items in one transaction (the last value of a repeated key wins)."""
         staged = dict(items)

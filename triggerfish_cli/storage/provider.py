@@ -164,6 +164,10 @@ class StorageProvider(Protocol):
         """What the write gate did so far (SQLite); None where there is none."""
         ...
 
+    def atomic_loads(self) -> bool:
+        """Whether a bulk load (a restore) can be one transaction, all or nothing."""
+        ...
+
     def set_batched(self, items: Sequence[tuple[str, str]]) -> int:
         """Write all items, in as many transactions as suit the backend (not atomic).
 
@@ -346,6 +350,9 @@ class BaseStorage(ABC):
     def gate_stats(self) -> dict[str, Any] | None:
         """What the write gate did so far (SQLite); None where there is none."""
         return None
+
+    def atomic_loads(self) -> bool:
+        return False
 
     def delete_many(
         self,

@@ -44,7 +44,13 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
-from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate, mode_for
+from triggerfish_cli.storage.write_gate import (
+    ATTEMPTS,
+    FreezeTooLong,
+    WriteGate,
+    mode_for,
+    retried,
+)
 
 #: Exactly the statement the gateway runs at start-up.
 KV_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)"
@@ -144,6 +150,11 @@ class SqliteStorage(BaseStorage):
         """The other processes that have the store open (the gateway's daemon and CLI)."""
         return live_writers(self.path)
 
+    def atomic_loads(self) -> bool:
+        """One transaction for a whole load, unless live writers must be paused for it
+        (the gate keeps each transaction short: the load goes in batches then)."""
+        return not self.gate.will_freeze()
+
     def gate_stats(self) -> dict[str, Any] | None:
         """What the write gate did so far (None: nothing was written)."""
         return None if self._gate is None else self._gate.stats.as_dict()
@@ -182,14 +193,12 @@ class SqliteStorage(BaseStorage):
 
     def write(self, work: Callable[[sqlite3.Connection], T], what: str = "write") -> T:
         """``work(conn)`` in one transaction, tried again when a hiccup cut its freeze short."""
-        for attempt in range(3):
-            try:
-                with self.transaction(what) as conn:
-                    return work(conn)
-            except FreezeTooLong:
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+
+        def once() -> T:
+            with self.transaction(what) as conn:
+                return work(conn)
+
+        return retried(once)
 
     @contextmanager
     def read_snapshot(self, what: str = "read") -> Iterator[sqlite3.Connection]:
@@ -283,6 +292,7 @@ class SqliteStorage(BaseStorage):
                 for table in tables
             }
         sizer = BatchSizer(50_000, budget=self.gate.budget)
+        cuts = 0
         for table in tables:
             if tops[table] is None:
                 continue
@@ -295,10 +305,12 @@ class SqliteStorage(BaseStorage):
                     with self.transaction("clear") as conn:
                         gone = conn.execute(sql, (tops[table], sizer.size)).rowcount
                 except FreezeTooLong:
-                    if sizer.size == 1:
+                    cuts = cuts + 1 if sizer.size == 1 else 0
+                    if cuts >= ATTEMPTS:
                         raise
                     sizer.cut()
                     continue
+                cuts = 0
                 if gone == 0:
                     break
                 sizer.record(gone, self.gate.last_hold, self.gate.last_frozen)
@@ -463,6 +475,7 @@ class SqliteStorage(BaseStorage):
         sizer = BatchSizer(batch_size, budget=self.gate.budget, first=first)
         pending: list[Sequence[str]] = []
         source = iter(rows)
+        cuts = 0
         while True:
             if len(pending) < sizer.size:
                 pending.extend(itertools.islice(source, sizer.size - len(pending)))
@@ -474,10 +487,12 @@ class SqliteStorage(BaseStorage):
                 with self.transaction("delete") as conn:
                     conn.executemany(sql, batch)
             except FreezeTooLong:
-                if len(batch) == 1:
+                cuts = cuts + 1 if len(batch) == 1 else 0
+                if cuts >= ATTEMPTS:
                     raise
                 sizer.cut()
                 continue
+            cuts = 0
             pending = rest
             sizer.record(len(batch), self.gate.last_hold, self.gate.last_frozen)
             changed = self.connection.total_changes - before

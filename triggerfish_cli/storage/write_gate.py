@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from triggerfish_cli.errors import BusyError, UsageError
 from triggerfish_cli.storage.live_writers import (
@@ -138,6 +138,23 @@ class GateStats:
 
 class FreezeTooLong(BusyError):
     """The transaction would have kept the gateway stopped longer than the gate allows."""
+
+
+#: How often a transaction cut short is tried again before giving up: a cut is
+#: usually a hiccup (our process descheduled on a loaded machine), not its size.
+ATTEMPTS = 3
+T = TypeVar("T")
+
+
+def retried(work: Callable[[], T], attempts: int = ATTEMPTS) -> T:
+    """``work()`` (one gated transaction), again when the gate cut it short (rolled back)."""
+    for attempt in range(attempts):
+        try:
+            return work()
+        except FreezeTooLong:
+            if attempt == attempts - 1:
+                raise
+    raise AssertionError("unreachable")
 
 
 # -- the gate ------------------------------------------------------------------------
