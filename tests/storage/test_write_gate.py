@@ -27,10 +27,12 @@ from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention import defaults
 from triggerfish_cli.retention_sweep import read_plan
 from triggerfish_cli.storage.live_writers import (
+    SHM_WRITE_LOCK,
     LiveWriter,
     LsofTable,
     ProcessTable,
     live_writers,
+    shm_lock_holder,
 )
 from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate, _Freeze
@@ -137,10 +139,15 @@ def test_a_process_someone_else_stopped_is_left_stopped(db: Path, tmp_path: Path
     """Never SIGCONT what we did not stop (Ctrl-Z, a debugger)."""
     store = SqliteStorage(db)
     with gateway_writer.running(db, tmp_path) as writer:
-        os.kill(writer.pid, signal.SIGSTOP)
-        try:
+        while True:  # stopped between two of its writes (not holding the write lock)
+            os.kill(writer.pid, signal.SIGSTOP)
             while not TABLE.stopped(writer.pid):
                 time.sleep(0.001)
+            if shm_lock_holder(db, SHM_WRITE_LOCK) is None:
+                break
+            os.kill(writer.pid, signal.SIGCONT)
+            time.sleep(0.002)
+        try:
             store.set("a", "1")
             time.sleep(0.5)  # past the watchdog's deadline too
             assert state(writer.pid) == "T"
