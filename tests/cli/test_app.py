@@ -25,6 +25,35 @@ def test_no_arguments_shows_help(cli: CliFn) -> None:
     result = cli()
     assert "kv" in result.stdout + result.stderr
     assert "demo" in result.stdout + result.stderr
+    # the normal help, on stdout, exit 0: the same text as --help
+    assert (result.exit_code, result.stderr) == (0, "")
+    assert result.stdout == cli("--help").stdout
+    for group in ("kv", "memory", "config", "backup", "retention", "demo"):
+        bare = cli(group)
+        assert (bare.exit_code, bare.stderr) == (0, ""), group
+        assert bare.stdout == cli(group, "--help").stdout and "Commands:" in bare.stdout
+
+
+def test_global_options_after_the_command(cli: CliFn, gateway_db: Path, base_dir: Path) -> None:
+    other = base_dir / "other.db"
+    made = cli("demo", "create", "--db", str(other), "-r", "50", "--no-color", "-q")
+    assert made.exit_code == 0, made.stderr
+    assert other.exists()
+    listed = cli("kv", "list", "--db", str(other), "--format", "json")
+    assert listed.exit_code == 0 and len(listed.json()) >= 50  # type: ignore[arg-type]
+    # a value after the command overrides one before it, which overrides the environment
+    after = cli("--db", str(gateway_db), "kv", "list", "--db", str(other), "-f", "json")
+    assert after.json() == listed.json()
+    env = {"TRIGGERFISH_FORMAT": "csv"}
+    assert cli("kv", "get", "prefs:owner:bumpers_default", env=env).stdout.startswith("key,value")
+    assert cli("-f", "json", "kv", "get", "prefs:owner:bumpers_default", env=env).json() == {
+        "key": "prefs:owner:bumpers_default",
+        "value": "true",
+    }
+    raw = cli("-f", "json", "kv", "get", "prefs:owner:bumpers_default", "--raw")
+    assert raw.stdout == "true"  # --raw: the exact bytes, whatever the format
+    assert cli("kv", "export", "-f", "csv").stdout.startswith("key,value\n")
+    assert cli("-f", "csv", "kv", "export").stdout.startswith("key,value\n")
 
 
 def test_group_listing_matches_each_groups_help(cli: CliFn) -> None:
@@ -230,3 +259,12 @@ def test_broken_pipe_is_quiet(gateway_db: Path) -> None:
     )
     assert "Traceback" not in result.stderr
     assert len(result.stdout) == 10
+    # a closed pipe is not a failure: status 0, so `set -o pipefail` scripts go on
+    for command in ("kv export", "kv list --keys-only", "kv list"):
+        piped = subprocess.run(
+            ["bash", "-o", "pipefail", "-c", f"'{script}' {command} | head -1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (piped.returncode, piped.stderr) == (0, ""), (command, piped.stderr)

@@ -89,7 +89,11 @@ def test_namespaces_ages_a_pending_code_is_a_deadline_not_an_age(
 def test_namespaces_table_and_csv(cli: CliFn, gateway_db: Path) -> None:
     table = cli("kv", "namespaces")
     assert table.exit_code == 0
-    assert "memory:" in table.stdout and "total" in table.stdout
+    # Piped, the table is the header and the rows; the totals line only when asked.
+    assert "memory:" in table.stdout and "total" not in table.stdout
+    assert not table.stdout.startswith(" ")
+    totals = cli("kv", "namespaces", "--totals").stdout.splitlines()
+    assert totals[-1].split()[0] == "total" and totals[:-1] == table.stdout.splitlines()
     csv_out = cli("kv", "namespaces", "-f", "csv").stdout.splitlines()
     assert csv_out[0] == "namespace,known,description,keys,bytes"
     assert len(csv_out) == 1 + len(

@@ -56,6 +56,10 @@ class Interrupted(TriggerfishError):
     exit_code = 130
 
 
+class PipeClosed(Exception):
+    """stdout was closed by its reader (`| head`): not an OSError, so Click leaves it to us."""
+
+
 class BoundaryGroup(TyperGroup):
     """Maps every error to one line on stderr and its documented exit code.
 
@@ -75,6 +79,7 @@ class BoundaryGroup(TyperGroup):
             module = importlib.import_module(module_name)
             command = typer.main.get_command(getattr(module, attribute or "app"))
             command.name = cmd_name
+            accept_globals(command, self)
             return command
         return super().get_command(ctx, cmd_name)
 
@@ -97,6 +102,8 @@ class BoundaryGroup(TyperGroup):
             return super().invoke(ctx)
         except KeyboardInterrupt:
             raise Interrupted("interrupted") from None
+        except BrokenPipeError:
+            raise PipeClosed from None
 
     def main(  # type: ignore[override]
         self,
@@ -124,6 +131,8 @@ class BoundaryGroup(TyperGroup):
                 **extra,
             )
             code = result if isinstance(result, int) else 0
+        except click.exceptions.NoArgsIsHelpError as exc:  # a bare group: its normal help
+            sys.stdout.write(exc.ctx.get_help() + "\n")
         except click.exceptions.ClickException as exc:
             where = exc.ctx.command_path if getattr(exc, "ctx", None) else PROG  # type: ignore[attr-defined]
             code = _fail(f"{where}: {exc.format_message()} (see --help)", exc.exit_code)
@@ -135,9 +144,9 @@ class BoundaryGroup(TyperGroup):
             code = _fail(str(exc), exc.exit_code)
         except KeyboardInterrupt:
             code = _fail("interrupted", 130)
-        except BrokenPipeError:  # `... | head`: stop quietly
+        except (BrokenPipeError, PipeClosed):  # `... | head`: stop quietly, status 0
             _silence_stdout()
-            code = 1
+            code = 0
         except Exception as exc:
             if debug:
                 _traceback()
@@ -149,6 +158,47 @@ class BoundaryGroup(TyperGroup):
             return code
         _flush()
         sys.exit(code)
+
+
+def accept_globals(command: click.Command, root: click.Command) -> None:
+    """Let every global option also be given after ``command`` and its subcommands.
+
+    Each root option (except --version and --help) is added, hidden, to every
+    command that has no option of that name itself. Given there, it re-runs
+    the root callback with the new value: a value after the command overrides
+    one before it, which overrides the environment; a command's own option of
+    the same name (such as ``--format``) overrides both.
+    """
+    import copy
+
+    from typer._click.core import ParameterSource
+
+    taken = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+    taken |= {"--help", "-h"}
+    for param in root.params:
+        if param.param_type_name != "option" or param.name in ("version", "help"):
+            continue
+        opts = [opt for opt in param.opts if opt not in taken]
+        if not opts:
+            continue
+        clone = copy.copy(param)
+        clone.opts, clone.secondary_opts = opts, [o for o in param.secondary_opts if o not in taken]
+        clone.hidden = True  # type: ignore[attr-defined]
+        clone.expose_value, clone.is_eager = False, False
+        clone.envvar, clone.default, clone.required = None, None, False
+
+        def again(ctx: click.Context, option: click.Parameter, value: Any) -> None:
+            if ctx.get_parameter_source(option.name or "") != ParameterSource.COMMANDLINE:
+                return
+            top = ctx.find_root()
+            top.params[option.name or ""] = value
+            assert top.command.callback is not None
+            top.invoke(top.command.callback, **top.params)
+
+        clone.callback = again
+        command.params.append(clone)
+    for sub in getattr(command, "commands", {}).values():
+        accept_globals(sub, root)
 
 
 def _traceback() -> None:
@@ -287,6 +337,30 @@ def root(
             help="Show tracebacks of errors.",
         ),
     ] = False,
+    columns: Annotated[
+        str | None,
+        typer.Option(
+            "--columns",
+            metavar="A,B,...",
+            show_default=False,
+            help="Tables and CSV: these columns, in this order (any field of the JSON rows).",
+        ),
+    ] = None,
+    wide: Annotated[
+        bool,
+        typer.Option("--wide", "-w", help="Tables: every column, nothing cut to fit."),
+    ] = False,
+    no_headers: Annotated[
+        bool, typer.Option("--no-headers", help="Tables: no header line (for scripts).")
+    ] = False,
+    totals: Annotated[
+        bool | None,
+        typer.Option(
+            "--totals/--no-totals",
+            show_default=False,
+            help="Tables: the totals line (default: on a terminal only).",
+        ),
+    ] = None,
     version: Annotated[
         bool,
         typer.Option(
@@ -312,6 +386,7 @@ def root(
     st.db, st.config, st.backend = db, config, backend
     st.fmt, st.quiet, st.debug = fmt.value, quiet, debug
     st.color = not no_color
+    st.columns, st.wide, st.headers, st.totals = columns, wide, not no_headers, totals
 
 
 def main() -> None:

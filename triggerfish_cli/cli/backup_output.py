@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from triggerfish_cli.cli.output import Column, Output, human_bytes
+from triggerfish_cli.cli.output import Column, Output, human_bytes, text_column
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup_dest import Entry
@@ -22,9 +22,9 @@ def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
             Column("kind", "kind"),
             Column("size", "size", "right", render=human_bytes),
             Column("keys", "keys", "right"),
-            Column("label", "label"),
+            text_column("label", "label"),
             Column("verified", "verified"),
-            Column("error", "error"),
+            text_column("error", "error"),
         ],
         empty=f"no backups in {where}",
     )
@@ -58,7 +58,7 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
             Column("name", "name"),
             Column("verified", "verified"),
             Column("action", "action"),
-            Column("reasons", "kept by"),
+            text_column("reasons", "kept by"),
         ],
         empty="no backups",
     )

@@ -126,7 +126,7 @@ def snapshot_cmd(
 def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """Every stored version, oldest first, and which one the file on disk is."""
     from triggerfish_cli import config_versions as cv
-    from triggerfish_cli.cli.output import Column, human_bytes
+    from triggerfish_cli.cli.output import Column, human_bytes, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -145,7 +145,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
             Column("bytes", "size", "right", human_bytes),
             Column("redacted", "redacted", "right", lambda r: str(len(r)) if r else ""),
             Column("current", "on disk", render=lambda c: "<- now" if c else ""),
-            Column("reason", "reason"),
+            text_column("reason", "reason"),
         ],
         empty="no config versions stored yet (run `config snapshot`)",
     )
@@ -397,7 +397,7 @@ def import_cmd(
 ) -> None:
     """Import the gateway's backups/triggerfish.yaml.<time> copies as versions, oldest first."""
     from triggerfish_cli import config_import
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output import Column, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -423,7 +423,7 @@ def import_cmd(
     rows = [
         {
             "file": c.file,
-            "createdAt": c.created_at,
+            "created_at": c.created_at,
             "result": f"skipped: {c.skipped}" if c.skipped else f"{verb} as v{c.version}",
         }
         for c in plan.candidates
@@ -431,7 +431,7 @@ def import_cmd(
     if not out.quiet:
         out.rows(
             rows,
-            [Column("file", "file"), Column("createdAt", "time"), Column("result", "result")],
+            [Column("file", "file"), Column("created_at", "time"), text_column("result", "result")],
             empty=f"no gateway backups in {where}",
         )
     count = len(plan.to_import)

@@ -25,6 +25,10 @@ class AppState:
     quiet: bool = False
     color: bool = True
     debug: bool = False
+    columns: str | None = None
+    wide: bool = False
+    headers: bool = True
+    totals: bool | None = None
     _settings: Settings | None = None
     _providers: list[Any] = field(default_factory=list)
 
@@ -66,12 +70,13 @@ class AppState:
             self._providers.pop().close()
 
     def output(self, fmt: str | None = None, quiet: bool | None = None) -> Output:
-        from triggerfish_cli.cli.output import Output
+        from triggerfish_cli.cli.output import Output, TableOptions, parse_columns
 
         return Output(
             fmt or self.fmt,
             quiet=self.quiet if quiet is None else quiet,
             color=self.color,
+            table=TableOptions(parse_columns(self.columns), self.wide, self.headers, self.totals),
         )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import IO, Annotated
 
 import typer
 
@@ -49,13 +49,13 @@ def namespaces_cmd(
 ) -> None:
     """Every namespace present, with key count and total value bytes."""
     from triggerfish_cli import kv
-    from triggerfish_cli.cli.output import Column, human_bytes
+    from triggerfish_cli.cli.output import Column, human_bytes, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     rows = kv.namespace_report(st.provider(), ages=ages)
     columns = [
-        Column("namespace", "namespace"),
+        Column("namespace", "namespace", render=lambda name: name or '""'),
         Column("keys", "keys", "right"),
         Column("bytes", "size", "right", human_bytes),
     ]
@@ -66,7 +66,7 @@ def namespaces_cmd(
             Column("unknown_age", "age unknown", "right"),
             Column("pending", "pending", "right"),
         ]
-    columns.append(Column("description", "description"))
+    columns.append(text_column("description", "description"))
     total = kv.totals(rows)
     out.rows(
         (row.as_dict(ages) for row in rows),
@@ -138,7 +138,12 @@ def list_cmd(
         {"key": key, "namespace": namespaces.group_of(key), "bytes": value_size(value)}
         for key, value in islice(provider.scan(prefix), stop)
     )
-    out.rows(rows, [Column("key", "key"), Column("bytes", "bytes", "right")], empty="no keys")
+    columns = [
+        Column("key", "key"),
+        Column("bytes", "bytes", "right"),
+        Column("namespace", "namespace", wide=True),
+    ]
+    out.rows(rows, columns, empty="no keys")
 
 
 @app.command("get")
@@ -150,15 +155,21 @@ def get_cmd(
     ] = False,
     fmt: FormatOpt = None,
 ) -> None:
-    """One value: pretty JSON on a TTY, exact bytes with --raw or when piped."""
+    """One value: pretty JSON on a TTY, exact bytes with --raw or when piped.
+
+    --format json (or jsonl, csv) gives {"key", "value"} with the value as stored;
+    --raw always gives the exact bytes, whatever the format.
+    """
     from triggerfish_cli import kv
 
     st = state(ctx)
     value = kv.get_value(st.provider(), key)
     out = st.output(fmt_value(fmt))
-    if fmt is not None and out.fmt != "table":
+    if raw:
+        out.write(value)
+    elif out.fmt != "table":
         out.record({"key": key, "value": value})
-    elif raw or not out.stdout_is_tty:
+    elif not out.stdout_is_tty:
         out.write(value)
     else:
         out.line(_pretty(value))
@@ -360,20 +371,34 @@ def export_cmd(
             dir_okay=False,
         ),
     ] = None,
+    fmt: FormatOpt = None,
 ) -> None:
-    """Every key and value as JSON Lines: {"key": ..., "value": ...}, value exactly as stored."""
+    """Every key and value as JSON Lines: {"key": ..., "value": ...}, value exactly as stored.
+
+    --format json gives one JSON list of the same objects, csv a key,value table
+    (table, the default, means JSON Lines here).
+    """
     from triggerfish_cli import kv
+    from triggerfish_cli.cli.output import Column, Output
     from triggerfish_cli.fileio import atomic_writer
 
     st = state(ctx)
-    lines = kv.export_lines(st.provider(), prefix)
+    chosen = fmt_value(fmt) or st.fmt
+
+    def write(handle: IO[str]) -> None:
+        if chosen in ("table", "jsonl"):
+            for line in kv.export_lines(st.provider(), prefix):
+                handle.write(line)
+            return
+        out = Output(chosen, stdout=handle)
+        rows = ({"key": k, "value": v} for k, v in st.provider().scan(prefix, batch_size=2000))
+        out.rows(rows, [Column("key", "key"), Column("value", "value")])
+
     if output is None:
-        for line in lines:
-            sys.stdout.write(line)
+        write(sys.stdout)
         return
     with atomic_writer(output) as handle:
-        for line in lines:
-            handle.write(line)
+        write(handle)
 
 
 @app.command("import")

@@ -47,9 +47,9 @@ def resolve_agent(agent: str | None, all_agents: bool) -> str | None:
     return None if all_agents else (agent or DEFAULT_AGENT)
 
 
-def _line(text: Any, width: int = 60) -> str:
-    flat = " ".join(str(text or "").split())
-    return flat if len(flat) <= width else flat[: width - 1] + "…"
+def _line(text: Any) -> str:
+    """Free text on one line (the table cuts it to the terminal with …)."""
+    return " ".join(str(text or "").split())
 
 
 def _marked(row: dict[str, Any]) -> str:
@@ -74,7 +74,7 @@ def _columns(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
     from triggerfish_cli.cli.output import Column
 
     shown = ([("agent", "agent")] if agent else []) + list(fields)
-    return [Column(name, header, "right" if name == "score" else "left") for name, header in shown]
+    return [Column(name, header, kind="text" if name == "tags" else "") for name, header in shown]
 
 
 @app.command("search")
@@ -104,7 +104,7 @@ def search_cmd(
 ) -> None:
     """Full-text search (stemmed) over key, content and tags, best first."""
     from triggerfish_cli import memory
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output import Column, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -128,7 +128,11 @@ def search_cmd(
         ("updated_at", "updated"),
         agent=who is None,
     )
-    columns += [Column("score", "score", "right", lambda s: f"{s:.3g}"), Column("match", "match")]
+    columns += [
+        Column("score", "score", "right", lambda s: f"{s:.3g}"),
+        text_column("match", "match"),
+        Column("storage_key", "storage key", wide=True),
+    ]
     if out.fmt != "table":
         for row in rows:
             row.pop("match")
@@ -178,7 +182,7 @@ def list_cmd(
 ) -> None:
     """Every visible memory (the version get would return), by agent and key."""
     from triggerfish_cli import memory
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output import Column, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -187,7 +191,11 @@ def list_cmd(
         st.provider(), taint=taint_level(taint), agent=who, tag=tag, limit=limit
     )
     columns = _columns(("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None)
-    columns += [Column("updated_at", "updated"), Column("content", "content", render=_line)]
+    columns += [
+        Column("updated_at", "updated"),
+        text_column("content", "content", render=_line),
+        Column("storage_key", "storage key", wide=True),
+    ]
     out.rows((r.as_dict() for r in listing.records), columns, empty="no memories visible")
     warn_malformed(out, listing.malformed)
 
@@ -273,7 +281,7 @@ def history_cmd(
 ) -> None:
     """Every version of a key at visible levels, soft-deleted ones included."""
     from triggerfish_cli import memory
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output import Column, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -282,8 +290,8 @@ def history_cmd(
     columns = _columns(("level", "level"), ("status", "status"), agent=who is None)
     columns += [
         Column("updated_at", "updated"),
-        Column("tags", "tags"),
-        Column("content", "content", render=_line),
+        text_column("tags", "tags"),
+        text_column("content", "content", render=_line),
     ]
     out.rows((v.as_dict() for v in versions), columns, empty=f"no version of {key!r} visible")
 

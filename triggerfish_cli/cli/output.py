@@ -1,17 +1,32 @@
 """All terminal output: tables, JSON, CSV, messages, prompts, progress.
 
-The only module that imports rich, and only inside the functions that draw
-with it, so that a scripted call that prints JSON or a raw value never pays
-for it. Data goes to stdout; messages, warnings, prompts and progress go to
-stderr.
+The only module that imports rich (for progress bars and coloured diffs),
+and only inside the functions that draw with it, so that a scripted call
+that prints JSON, a table or a raw value never pays for it. Results go to
+stdout; messages, warnings, prompts and progress go to stderr.
 
 Formats:
 
-- ``table``: a rich table on a TTY; off a TTY the same table without colour
-  or width limit.
+- ``table``: aligned columns. Rows are written as they come, a page at a
+  time, so the first row appears at once and memory stays flat however many
+  rows there are; column widths come from the first page (and grow, never
+  shrink, on later pages). Identifiers (keys, namespaces, ids, file names,
+  times, levels, numbers) are never wrapped or cut. On a terminal the table
+  fits its width: free-text columns (descriptions, reasons, content) are cut
+  with ``…`` first, down to 12 characters; then whole columns are left out,
+  the rightmost first, never the first one; a table whose identifiers alone
+  are wider than the terminal runs over (the terminal wraps the line, no
+  break is inserted). Off a terminal nothing is cut or left out. Either way:
+  one header line (none with ``--no-headers``), then one line per row, no
+  rules, no blank lines, no spaces at line ends; the totals line is shown on
+  a terminal, or with ``--totals``. ``--wide`` shows every column and cuts
+  nothing; ``--columns a,b`` picks the columns (any field of the JSON rows).
+  Control characters in cells are shown escaped (``\\x1b``, ``\\r``, ...), so
+  a key can never drive the operator's terminal.
 - ``json``: one JSON document (a list of rows, or one object).
 - ``jsonl``: one JSON object per line.
-- ``csv``: a header line, then one line per row.
+- ``csv``: a header line, then one line per row; booleans ``true``/``false``,
+  nested values as JSON text.
 """
 
 from __future__ import annotations
@@ -20,24 +35,52 @@ import csv
 import json
 import os
 import sys
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import islice
 from typing import IO, Any
 
-from triggerfish_cli.errors import RefusedError
+from triggerfish_cli.errors import RefusedError, UsageError
 
 FORMATS = ("table", "json", "jsonl", "csv")
+
+#: Rows in the first page (its widths set the table's) and in each later one.
+FIRST_PAGE = 100
+PAGE = 1000
+#: A free-text column is never cut narrower than this.
+MIN_TEXT = 12
+GAP = "  "
 
 
 @dataclass(frozen=True)
 class Column:
-    """A table column: the row field it shows, its header, alignment, formatter."""
+    """A table column: the row field it shows, its header, alignment, formatter.
+
+    ``kind`` says how it gives way to a narrow terminal: ``id`` (the default
+    for left-aligned columns: keys, names, times, levels) is never cut,
+    ``num`` (the default for right-aligned ones) neither, ``text`` (free
+    text) is cut with ``…``. ``wide`` columns show only with ``--wide`` or
+    ``--columns``; ``keep`` columns are never left out.
+    """
 
     field: str
     header: str
     justify: str = "left"
     render: Callable[[Any], str] | None = None
+    kind: str = ""
+    wide: bool = False
+    keep: bool = False
+
+    @property
+    def is_text(self) -> bool:
+        return self.kind == "text"
+
+
+def text_column(field: str, header: str, render: Callable[[Any], str] | None = None) -> Column:
+    """A free-text column (descriptions, reasons, content): cut with … on a narrow terminal."""
+    return Column(field, header, render=render, kind="text")
 
 
 def human_bytes(size: Any) -> str:
@@ -51,9 +94,84 @@ def human_bytes(size: Any) -> str:
     return f"{value:.1f} TiB"  # pragma: no cover - loop returns
 
 
+# -- safe text ------------------------------------------------------------------
+
+
+def _escapes() -> dict[int, str]:
+    table: dict[int, str] = {9: "\\t", 10: "\\n", 13: "\\r"}
+    for code in (*range(0x20), *range(0x7F, 0xA0)):
+        table.setdefault(code, f"\\x{code:02x}")
+    # Bidirectional overrides and isolates (they reorder what is shown), line
+    # and paragraph separators, lone surrogates (undecodable bytes).
+    for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A), 0x2028, 0x2029, 0x200E, 0x200F):
+        table[code] = f"\\u{code:04x}"
+    for code in range(0xD800, 0xE000):
+        table[code] = f"\\u{code:04x}"
+    return table
+
+
+_ESCAPES = _escapes()
+_KEEP_NEWLINES = {code: text for code, text in _ESCAPES.items() if code != 10}
+
+
+def safe(text: str, *, newlines: bool = False) -> str:
+    """``text`` with control characters shown escaped (``\\x1b``, ``\\r``, ``\\u202e``).
+
+    Keys, labels and values are chosen by the agent or whoever wrote the
+    store: printed raw, an escape sequence in one could rewrite the
+    operator's terminal. With ``newlines`` line breaks are kept.
+    """
+    if text.isprintable():
+        return text
+    return text.translate(_KEEP_NEWLINES if newlines else _ESCAPES)
+
+
+def display_width(text: str) -> int:
+    """Terminal cells ``text`` takes: wide East Asian characters 2, combining marks 0."""
+    if text.isascii():
+        return len(text)
+    width = 0
+    for char in text:
+        width += _char_width(char)
+    return width
+
+
+def _char_width(char: str) -> int:
+    if char.isascii():
+        return 1
+    if unicodedata.combining(char) or unicodedata.category(char) in ("Mn", "Me", "Cf"):
+        return 0
+    return 2 if unicodedata.east_asian_width(char) in ("W", "F") else 1
+
+
+def cut(text: str, width: int) -> str:
+    """``text`` cut to ``width`` cells, ending in … when something was left out."""
+    if display_width(text) <= width:
+        return text
+    if text.isascii():
+        return text[: max(width - 1, 0)] + "…"
+    used, kept = 0, []
+    for char in text:
+        cells = _char_width(char)
+        if used + cells > width - 1:
+            break
+        kept.append(char)
+        used += cells
+    return "".join(kept) + "…"
+
+
+def _pad(text: str, width: int, right: bool) -> str:
+    missing = width - display_width(text)
+    if missing <= 0:
+        return text
+    return " " * missing + text if right else text + " " * missing
+
+
 def _cell(value: Any) -> str:
     if value is None:
         return ""
+    if isinstance(value, str):
+        return value
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, (list, tuple)):
@@ -69,6 +187,217 @@ def json_text(document: Any, *, pretty: bool = False) -> str:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
 
 
+# -- the streaming table -----------------------------------------------------------
+
+
+@dataclass
+class TableOptions:
+    """What the global table options ask for."""
+
+    columns: tuple[str, ...] = ()
+    wide: bool = False
+    headers: bool = True
+    totals: bool | None = None  # None: on a terminal only
+
+
+def parse_columns(text: str | None) -> tuple[str, ...]:
+    if not text:
+        return ()
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+class _Table:
+    """Writes rows a page at a time; widths from the first page, growing after."""
+
+    def __init__(
+        self,
+        stream: IO[str],
+        columns: Sequence[Column],
+        options: TableOptions,
+        *,
+        width: int | None,
+        bold: bool,
+        footer: Mapping[str, Any] | None,
+    ) -> None:
+        self.stream = stream
+        self.options = options
+        self.limit = None if options.wide else width
+        self.bold = bold
+        self.candidates = list(columns)
+        self.chosen = bool(options.columns)
+        self.footer = footer
+        self.shown: list[Column] = []
+        self.widths: list[int] = []
+
+    # -- choosing columns ---------------------------------------------------
+
+    def _pick(self, first: Mapping[str, Any]) -> list[Column]:
+        if not self.options.columns:
+            return [c for c in self.candidates if self.options.wide or not c.wide]
+        by_name: dict[str, Column] = {}
+        for column in self.candidates:
+            by_name.setdefault(column.field.lower(), column)
+            by_name.setdefault(column.header.lower(), column)
+        picked = []
+        for name in self.options.columns:
+            found = by_name.get(name.lower())
+            if found is None and name in first:
+                value = first[name]
+                right = isinstance(value, (int, float)) and not isinstance(value, bool)
+                found = Column(name, name, "right" if right else "left")
+            if found is None:
+                known = sorted({c.field for c in self.candidates} | set(first))
+                raise UsageError(
+                    f"--columns: no column {name!r}", hint=f"choose from {', '.join(known)}"
+                )
+            picked.append(found)
+        return picked
+
+    # -- widths ---------------------------------------------------------------
+
+    @staticmethod
+    def _natural(columns: Sequence[Column], cells: Sequence[Sequence[str]]) -> list[int]:
+        widths = [display_width(c.header) for c in columns]
+        for row in cells:
+            for index, text in enumerate(row):
+                size = len(text) if text.isascii() else display_width(text)
+                if size > widths[index]:
+                    widths[index] = size
+        return widths
+
+    @staticmethod
+    def _total(widths: Sequence[int]) -> int:
+        return sum(widths) + len(GAP) * max(len(widths) - 1, 0)
+
+    def _fit_text(self, columns: Sequence[Column], widths: list[int]) -> list[int]:
+        """Cut free-text columns (widest first, down to MIN_TEXT) until the table fits."""
+        if self.limit is None:
+            return widths
+        widths = list(widths)
+        excess = self._total(widths) - self.limit
+        while excess > 0:
+            texts = [
+                i
+                for i, c in enumerate(columns)
+                if c.is_text and widths[i] > max(MIN_TEXT, display_width(c.header))
+            ]
+            if not texts:
+                break
+            widest = max(texts, key=lambda i: widths[i])
+            floor = max(MIN_TEXT, display_width(columns[widest].header))
+            give = min(excess, widths[widest] - floor)
+            widths[widest] -= give
+            excess -= give
+        return widths
+
+    def _fitted(
+        self, columns: Sequence[Column], cells: list[list[str]], keep: list[int]
+    ) -> list[int]:
+        chosen = [columns[i] for i in keep]
+        return self._fit_text(
+            chosen, self._natural(chosen, [[row[i] for i in keep] for row in cells])
+        )
+
+    def _layout(self, cells: list[list[str]]) -> list[list[str]]:
+        """Choose the columns and widths from the first page; returns its rows' shown cells."""
+        columns = self.shown
+        keep = list(range(len(columns)))
+        widths = self._fitted(columns, cells, keep)
+        if self.limit is not None and not self.chosen and self._total(widths) > self.limit:
+            droppable = [i for i in keep if i and not columns[i].keep]
+            floor = [i for i in keep if i not in droppable]
+            # Leave columns out only when that can make the table fit: when the
+            # identifiers alone are wider than the terminal, the lines run over.
+            if self._total(self._fitted(columns, cells, floor)) <= self.limit:
+                for index in reversed(droppable):
+                    if self._total(widths) <= self.limit:
+                        break
+                    keep.remove(index)
+                    widths = self._fitted(columns, cells, keep)
+        self.shown, self.widths = [columns[i] for i in keep], widths
+        return [[row[i] for i in keep] for row in cells]
+
+    def _grow(self, cells: list[list[str]]) -> None:
+        """A later page: columns widen to fit (never narrow); free text is cut to fit again."""
+        natural = self._natural(self.shown, cells)
+        grown = [max(old, new) for old, new in zip(self.widths, natural, strict=True)]
+        if grown != self.widths:
+            self.widths = self._fit_text(self.shown, grown)
+
+    # -- writing ----------------------------------------------------------------
+
+    def _cells(self, columns: Sequence[Column], row: Mapping[str, Any]) -> list[str]:
+        out = []
+        for column in columns:
+            value = row.get(column.field)
+            text = column.render(value) if column.render is not None else _cell(value)
+            if not text.isprintable():
+                text = safe(text)
+            out.append(text)
+        return out
+
+    def _line(self, cells: Sequence[str]) -> str:
+        parts = []
+        last = len(self.shown) - 1
+        for index, (column, text, width) in enumerate(
+            zip(self.shown, cells, self.widths, strict=True)
+        ):
+            if column.is_text:
+                text = cut(text, width)
+            right = column.justify == "right"
+            if index == last and not right:
+                parts.append(text)
+            elif text.isascii():
+                parts.append(text.rjust(width) if right else text.ljust(width))
+            else:
+                parts.append(_pad(text, width, right))
+        return GAP.join(parts).rstrip(" ")
+
+    def _show_footer(self) -> bool:
+        if self.footer is None:
+            return False
+        if self.options.totals is None:
+            return _isatty(self.stream)
+        return self.options.totals
+
+    def write(self, rows: Iterable[Mapping[str, Any]]) -> int:
+        iterator = iter(rows)
+        page = list(islice(iterator, FIRST_PAGE))
+        if not page:
+            return 0
+        self.shown = self._pick(page[0])
+        footer = self._show_footer()
+        cells = [self._cells(self.shown, row) for row in page]
+        if footer:
+            assert self.footer is not None
+            cells.append(self._cells(self.shown, self.footer))
+        cells = self._layout(cells)
+        footer_cells = cells.pop() if footer else None
+        lines = []
+        if self.options.headers:
+            header = self._line([c.header for c in self.shown])
+            lines.append(f"\x1b[1m{header}\x1b[0m" if self.bold else header)
+        lines += [self._line(row) for row in cells]
+        count = len(page)
+        self.stream.write("\n".join(lines) + "\n")
+        self.stream.flush()
+        while True:
+            page = list(islice(iterator, PAGE))
+            if not page:
+                break
+            count += len(page)
+            cells = [self._cells(self.shown, row) for row in page]
+            self._grow(cells)
+            self.stream.write("\n".join(self._line(row) for row in cells) + "\n")
+            self.stream.flush()
+        if footer_cells is not None:
+            self.stream.write(self._line(footer_cells) + "\n")
+        return count
+
+
+# -- output -------------------------------------------------------------------------
+
+
 class Output:
     """Writes one command's results in the chosen format."""
 
@@ -78,6 +407,7 @@ class Output:
         *,
         quiet: bool = False,
         color: bool = True,
+        table: TableOptions | None = None,
         stdout: IO[str] | None = None,
         stderr: IO[str] | None = None,
     ) -> None:
@@ -86,6 +416,7 @@ class Output:
         self.stdout = stdout or sys.stdout
         self.stderr = stderr or sys.stderr
         self.color = color and "NO_COLOR" not in os.environ
+        self.table = table or TableOptions()
 
     # -- terminals ----------------------------------------------------------
 
@@ -100,6 +431,14 @@ class Output:
     @property
     def stdin_is_tty(self) -> bool:
         return _isatty(sys.stdin)
+
+    def width(self) -> int | None:
+        """The terminal's width when stdout is one (COLUMNS first), else None: no limit."""
+        if not self.stdout_is_tty:
+            return None
+        import shutil
+
+        return max(shutil.get_terminal_size((80, 24)).columns, 20)
 
     def _console(self, stream: IO[str]) -> Any:
         from rich.console import Console
@@ -122,18 +461,18 @@ class Output:
         self.stdout.flush()
 
     def line(self, text: str = "") -> None:
-        self.stdout.write(text + "\n")
+        """One line of text for people (control characters escaped, line breaks kept)."""
+        self.stdout.write(safe(text, newlines=True) + "\n")
 
     def rows(
         self,
         rows: Iterable[Mapping[str, Any]],
         columns: Sequence[Column],
         *,
-        title: str | None = None,
         footer: Mapping[str, Any] | None = None,
         empty: str | None = None,
     ) -> int:
-        """Write rows; json/jsonl/csv stream, the table collects. Returns the count."""
+        """Write rows as they come, in every format. Returns the count."""
         if self.fmt == "json":
             return self._json_rows(rows)
         if self.fmt == "jsonl":
@@ -144,12 +483,18 @@ class Output:
             return count
         if self.fmt == "csv":
             return self._csv_rows(rows, columns)
-        collected = list(rows)
-        if not collected and empty:
+        tty = self.stdout_is_tty
+        count = _Table(
+            self.stdout,
+            columns,
+            self.table,
+            width=self.width(),
+            bold=tty and self.color,
+            footer=footer,
+        ).write(rows)
+        if not count and empty:
             self.info(empty)
-            return 0
-        self._table(collected, columns, title=title, footer=footer)
-        return len(collected)
+        return count
 
     def _json_rows(self, rows: Iterable[Mapping[str, Any]]) -> int:
         count = 0
@@ -163,53 +508,23 @@ class Output:
     def _csv_rows(self, rows: Iterable[Mapping[str, Any]], columns: Sequence[Column]) -> int:
         writer: Any = None
         count = 0
+        chosen = list(self.table.columns)
         for row in rows:
             if writer is None:
-                fields = list(row.keys())
-                writer = csv.DictWriter(self.stdout, fieldnames=fields, extrasaction="ignore")
+                fields = chosen or list(row.keys())
+                writer = csv.DictWriter(
+                    self.stdout, fieldnames=fields, extrasaction="ignore", lineterminator="\n"
+                )
                 writer.writeheader()
-            writer.writerow({key: _csv_cell(value) for key, value in row.items()})
+            writer.writerow({key: csv_cell(value) for key, value in row.items()})
             count += 1
         if writer is None:
-            self.stdout.write(",".join(column.field for column in columns) + "\n")
+            fields = chosen or [column.field for column in columns]
+            self.stdout.write(",".join(fields) + "\n")
         return count
 
-    def _table(
-        self,
-        rows: Sequence[Mapping[str, Any]],
-        columns: Sequence[Column],
-        *,
-        title: str | None,
-        footer: Mapping[str, Any] | None,
-    ) -> None:
-        from rich import box
-        from rich.table import Table
-        from rich.text import Text
-
-        console = self._console(self.stdout)
-        table = Table(
-            title=title,
-            box=box.SIMPLE_HEAD if console.is_terminal else box.SIMPLE,
-            show_footer=footer is not None,
-            header_style="bold" if console.is_terminal else "",
-            pad_edge=False,
-        )
-        for column in columns:
-            foot = ""
-            if footer is not None and column.field in footer:
-                foot = _render(column, footer[column.field])
-            table.add_column(
-                column.header,
-                justify=column.justify,  # type: ignore[arg-type]
-                footer=foot,
-                overflow="fold",
-            )
-        for row in rows:
-            table.add_row(*(Text(_render(column, row.get(column.field))) for column in columns))
-        console.print(table)
-
     def record(self, document: Mapping[str, Any], fields: Sequence[Column] | None = None) -> None:
-        """One object: JSON as is, a two-column table otherwise."""
+        """One object: JSON as is; on a table, one ``field  value`` line per field."""
         if self.fmt in ("json", "jsonl"):
             self.stdout.write(json_text(document, pretty=self.fmt == "json") + "\n")
             return
@@ -217,13 +532,27 @@ class Output:
             self._csv_rows([document], fields or [])
             return
         shown = fields or [Column(name, name) for name in document]
-        pairs = [
-            {"field": column.header, "value": _render(column, document.get(column.field))}
-            for column in shown
-        ]
-        self._table(
-            pairs, [Column("field", "field"), Column("value", "value")], title=None, footer=None
-        )
+        names = [safe(column.header) for column in shown]
+        indent = max((display_width(name) for name in names), default=0) + len(GAP)
+        limit = self.width()
+        lines = []
+        for name, column in zip(names, shown, strict=True):
+            value = _render(column, document.get(column.field))
+            text = safe(value)
+            pieces = [text]
+            if limit is not None and display_width(text) > limit - indent and " " in text:
+                import textwrap
+
+                pieces = textwrap.wrap(
+                    text,
+                    width=max(limit - indent, MIN_TEXT),
+                    break_long_words=False,
+                    break_on_hyphens=False,
+                ) or [text]
+            lines.append((_pad(name, indent, False) + pieces[0]).rstrip(" "))
+            lines += [" " * indent + piece for piece in pieces[1:]]
+        if lines:
+            self.stdout.write("\n".join(lines) + "\n")
 
     def outcome(self, document: Mapping[str, Any], message: str) -> None:
         """What a command did: ``document`` for json/jsonl/csv, else one line (none if quiet)."""
@@ -235,7 +564,12 @@ class Output:
     def diff(self, text: str, *, err: bool = False) -> None:
         """A unified diff, exact; coloured only when its stream is a TTY (and colour is on)."""
         stream = self.stderr if err else self.stdout
-        if not (self.color and _isatty(stream)):
+        if not _isatty(stream):
+            stream.write(text)
+            stream.flush()
+            return
+        text = safe(text, newlines=True)
+        if not self.color:
             stream.write(text)
             stream.flush()
             return
@@ -259,16 +593,16 @@ class Output:
     def info(self, message: str) -> None:
         """A status message; suppressed by --quiet."""
         if not self.quiet:
-            self.stderr.write(message + "\n")
+            self.stderr.write(safe(message, newlines=True) + "\n")
 
     def warn(self, message: str) -> None:
-        self.stderr.write(f"warning: {message}\n")
+        self.stderr.write(f"warning: {safe(message, newlines=True)}\n")
 
     def error(self, message: str) -> None:
         prefix = "error:"
         if self.color and self.stderr_is_tty:
             prefix = "\x1b[31merror:\x1b[0m"
-        self.stderr.write(f"{prefix} {message}\n")
+        self.stderr.write(f"{prefix} {safe(message, newlines=True)}\n")
 
     # -- prompts --------------------------------------------------------------
 
@@ -282,7 +616,7 @@ class Output:
             return
         if not self.stdin_is_tty:
             raise RefusedError(f"{what} needs confirmation", hint="pass --yes to run it unattended")
-        self.stderr.write(f"{question} [y/N] ")
+        self.stderr.write(f"{safe(question)} [y/N] ")
         self.stderr.flush()
         answer = sys.stdin.readline().strip().lower()
         if answer not in ("y", "yes"):
@@ -292,7 +626,7 @@ class Output:
         """Ask the operator to type ``expected`` exactly (for the most destructive paths)."""
         if not self.stdin_is_tty:
             return
-        self.stderr.write(f"{question}\nType {expected} to confirm: ")
+        self.stderr.write(f"{safe(question)}\nType {safe(expected)} to confirm: ")
         self.stderr.flush()
         if sys.stdin.readline().rstrip("\n") != expected:
             raise RefusedError(f"{what} cancelled: the text typed did not match")
@@ -300,23 +634,27 @@ class Output:
     # -- progress -------------------------------------------------------------
 
     @contextmanager
-    def progress(self, description: str, total: int | None = None) -> Iterator[Progress]:
-        """A progress bar on stderr, only on a TTY and without --quiet."""
+    def progress(
+        self, description: str, total: int | None = None, *, unit: str = ""
+    ) -> Iterator[Progress]:
+        """Progress on stderr, only on a TTY and without --quiet.
+
+        With a total: a bar, the count, the percentage and the time left;
+        without: the phase name, the count so far and the time spent.
+        ``unit="bytes"`` counts in KiB/MiB.
+        """
         if self.quiet or not self.stderr_is_tty:
             yield Progress(None, None)
             return
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            TextColumn,
-            TimeElapsedColumn,
-        )
+        from rich.progress import BarColumn, TextColumn, TimeElapsedColumn
         from rich.progress import Progress as RichProgress
 
         bar = RichProgress(
             TextColumn("{task.description}"),
             BarColumn(),
-            MofNCompleteColumn(),
+            _count_column(unit),
+            _percent_column(),
+            _eta_column(),
             TimeElapsedColumn(),
             console=self._console(self.stderr),
             transient=True,
@@ -327,7 +665,7 @@ class Output:
 
 
 class Progress:
-    """Handle a command advances; a no-op off a TTY."""
+    """Handle a command (or, through callbacks, the core) advances; a no-op off a TTY."""
 
     def __init__(self, bar: Any, task: Any) -> None:
         self._bar = bar
@@ -337,9 +675,60 @@ class Progress:
         if self._bar is not None:
             self._bar.advance(self._task, amount)
 
-    def total(self, total: int) -> None:
+    def total(self, total: int | None) -> None:
         if self._bar is not None:
             self._bar.update(self._task, total=total)
+
+    def phase(self, name: str, total: int | None = None) -> None:
+        """A new phase: its name, and its total when known (the count starts again)."""
+        if self._bar is not None:
+            self._bar.reset(self._task, total=total, description=name)
+
+
+def _count_column(unit: str) -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Count(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            def show(value: float) -> str:
+                return human_bytes(int(value)) if unit == "bytes" else f"{int(value)}"
+
+            done = show(task.completed)
+            if task.total is None:
+                return Text(done)
+            return Text(f"{done}/{show(task.total)}")
+
+    return Count()
+
+
+def _percent_column() -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Percent(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            return Text("" if task.total is None else f"{task.percentage:>3.0f}%")
+
+    return Percent()
+
+
+def _eta_column() -> Any:
+    from rich.progress import ProgressColumn
+    from rich.text import Text
+
+    class Eta(ProgressColumn):
+        def render(self, task: Any) -> Text:
+            if task.total is None or task.finished:
+                return Text("")
+            left = task.time_remaining
+            if left is None:
+                return Text("eta -:--:--")
+            minutes, seconds = divmod(int(left), 60)
+            hours, minutes = divmod(minutes, 60)
+            return Text(f"eta {hours}:{minutes:02d}:{seconds:02d}")
+
+    return Eta()
 
 
 def _render(column: Column, value: Any) -> str:
@@ -348,7 +737,10 @@ def _render(column: Column, value: Any) -> str:
     return _cell(value)
 
 
-def _csv_cell(value: Any) -> Any:
+def csv_cell(value: Any) -> Any:
+    """A CSV cell: true/false, nested values as JSON text, None empty."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
     if isinstance(value, (list, tuple, dict)):
         return json_text(value)
     return value

@@ -89,7 +89,7 @@ def _as_of(text: str | None, *, future: bool) -> datetime:
 @app.command("policies")
 def policies_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """The effective policy of every namespace, and where it comes from."""
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output import Column, text_column
 
     st = state(ctx)
     policies = _policies(st)
@@ -101,7 +101,7 @@ def policies_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
             Column("policy", "policy"),
             Column("source", "source"),
             Column("held", "held"),
-            Column("rule", "what goes"),
+            text_column("rule", "what goes"),
         ],
     )
 

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
 
 
 def plan_rows(out: Output, plan: Plan) -> None:
-    from triggerfish_cli.cli.output import Column, human_bytes
+    from triggerfish_cli.cli.output import Column, human_bytes, text_column
 
     out.rows(
         (ns_plan.as_row() for ns_plan in plan.namespaces.values()),
@@ -24,7 +24,7 @@ def plan_rows(out: Output, plan: Plan) -> None:
             Column("bytes", "size", "right", human_bytes),
             Column("oldest", "oldest"),
             Column("unknown_age", "age unknown", "right"),
-            Column("rule", "rule"),
+            text_column("rule", "rule"),
         ],
         footer={
             "namespace": "total",
@@ -45,7 +45,7 @@ def key_rows(plan: Plan) -> Iterator[dict[str, Any]]:
 
 
 def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
-    from triggerfish_cli.cli.output import Column, human_bytes
+    from triggerfish_cli.cli.output import Column, human_bytes, text_column
     from triggerfish_cli.serialization import to_iso
 
     if list_keys:
@@ -56,7 +56,7 @@ def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
                 Column("action", "action"),
                 Column("time", "time"),
                 Column("bytes", "bytes", "right"),
-                Column("reason", "reason"),
+                text_column("reason", "reason"),
             ],
             empty="nothing to delete and no record of unknown age",
         )

@@ -1,0 +1,187 @@
+"""The table renderer: streaming, fitting a terminal, plain when piped, escaped cells."""
+
+from __future__ import annotations
+
+import io
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import CliFn
+from triggerfish_cli.cli.output import (
+    FIRST_PAGE,
+    Column,
+    Output,
+    TableOptions,
+    csv_cell,
+    display_width,
+    safe,
+    text_column,
+)
+from triggerfish_cli.errors import UsageError
+
+
+class Terminal(io.StringIO):
+    """A stdout that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def table(
+    rows: Any,
+    columns: list[Column],
+    *,
+    width: int | None = None,
+    options: TableOptions | None = None,
+    footer: dict[str, Any] | None = None,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> str:
+    stream: io.StringIO = Terminal() if width else io.StringIO()
+    if width:
+        assert monkeypatch is not None
+        monkeypatch.setenv("COLUMNS", str(width))
+    out = Output("table", color=False, table=options, stdout=stream)
+    out.rows(rows, columns, footer=footer)
+    return stream.getvalue()
+
+
+COLUMNS = [
+    Column("key", "key"),
+    Column("bytes", "bytes", "right"),
+    Column("level", "level"),
+    text_column("note", "note"),
+]
+
+
+def rows(
+    count: int, note: str = "a long free text note that goes on and on"
+) -> list[dict[str, Any]]:
+    return [
+        {"key": f"sessions:{n:08d}-aaaa-bbbb", "bytes": n * 7, "level": "INTERNAL", "note": note}
+        for n in range(count)
+    ]
+
+
+def test_piped_table_is_plain() -> None:
+    text = table(rows(5), COLUMNS)
+    lines = text.splitlines()
+    assert lines[0].split() == ["key", "bytes", "level", "note"]
+    assert len(lines) == 6 and text.endswith("\n")
+    for line in lines:
+        assert line and line == line.rstrip(" ") and "─" not in line
+    # aligned: every row's level starts where the header's does
+    start = lines[0].index("level")
+    assert all(line[start : start + 8] == "INTERNAL" for line in lines[1:])
+    assert all(line.endswith("goes on and on") for line in lines[1:])  # nothing cut off a TTY
+
+
+def test_no_headers_and_columns() -> None:
+    text = table(rows(2), COLUMNS, options=TableOptions(("level", "key"), headers=False))
+    assert text.splitlines() == [
+        "INTERNAL  sessions:00000000-aaaa-bbbb",
+        "INTERNAL  sessions:00000001-aaaa-bbbb",
+    ]
+    extra = table(
+        [{"key": "k", "bytes": 1, "hidden": 42}], COLUMNS, options=TableOptions(("key", "hidden"))
+    )
+    assert extra.splitlines() == ["key  hidden", "k        42"]
+    with pytest.raises(UsageError, match="no column 'nope'"):
+        table(rows(1), COLUMNS, options=TableOptions(("nope",)))
+
+
+def test_free_text_gives_way_first_identifiers_never(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = table(rows(3), COLUMNS, width=60, monkeypatch=monkeypatch)
+    lines = text.splitlines()
+    assert all(len(line) <= 60 for line in lines)
+    assert all("sessions:0000000" in line and "INTERNAL" in line for line in lines[1:])
+    assert all(line.endswith("…") for line in lines[1:])
+
+
+def test_then_whole_columns_from_the_right(monkeypatch: pytest.MonkeyPatch) -> None:
+    # key 27 + bytes 5 + level 8 + gaps = 44: the note (even at 12) does not fit
+    text = table(rows(3), COLUMNS, width=46, monkeypatch=monkeypatch)
+    lines = text.splitlines()
+    assert lines[0].split() == ["key", "bytes", "level"]  # the note left out, then it fits
+    assert all(len(line) <= 46 for line in lines)
+    narrower = table(rows(3), COLUMNS, width=40, monkeypatch=monkeypatch).splitlines()
+    assert narrower[0].split() == ["key", "bytes"]
+    # --wide: everything, nothing cut
+    wide = table(
+        rows(3), COLUMNS, width=40, options=TableOptions(wide=True), monkeypatch=monkeypatch
+    )
+    assert all(line.endswith("goes on and on") for line in wide.splitlines()[1:])
+
+
+def test_identifiers_wider_than_the_terminal_run_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    long_key = "lineage-session:" + "x" * 80
+    text = table([{"key": long_key, "bytes": 3}], COLUMNS[:2], width=50, monkeypatch=monkeypatch)
+    assert text.splitlines()[1].split() == [long_key, "3"]  # whole, nothing dropped
+
+
+def test_rows_are_written_as_they_come() -> None:
+    stream = io.StringIO()
+    seen: list[int] = []
+
+    def produce() -> Iterator[dict[str, Any]]:
+        for n in range(FIRST_PAGE * 5):
+            if n == FIRST_PAGE + 1:
+                seen.append(stream.getvalue().count("\n"))
+            yield {"key": f"k{n}", "bytes": n}
+
+    Output("table", stdout=stream).rows(produce(), COLUMNS[:2])
+    assert seen == [FIRST_PAGE + 1]  # header and the first page were out before row 102
+    assert stream.getvalue().count("\n") == FIRST_PAGE * 5 + 1
+
+
+def test_later_pages_widen_columns() -> None:
+    data = [{"key": "k", "bytes": 1}] * FIRST_PAGE + [{"key": "k" * 30, "bytes": 123456789}]
+    lines = table(data, COLUMNS[:2]).splitlines()
+    assert lines[-1] == "k" * 30 + "  123456789"  # whole, never cut
+
+
+def test_totals_on_a_terminal_or_when_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    footer = {"key": "total", "bytes": 7}
+    assert "total" not in table(rows(2), COLUMNS[:2], footer=footer)
+    asked = table(rows(2), COLUMNS[:2], footer=footer, options=TableOptions(totals=True))
+    assert asked.splitlines()[-1].split() == ["total", "7"]
+    tty = table(rows(2), COLUMNS[:2], footer=footer, width=100, monkeypatch=monkeypatch)
+    assert tty.splitlines()[-1].split() == ["total", "7"]
+
+
+def test_control_characters_are_shown_escaped() -> None:
+    nasty = "evil\x1b[2Jkey\rover\x07bell\udcff\u202eabc\nx\tz"
+    text = table([{"key": nasty, "bytes": 1, "note": "\x1b]0;title\x07"}], COLUMNS[:4:3])
+    assert "\x1b" not in text and "\r" not in text and "\x07" not in text
+    assert "\udcff" not in text and "\u202e" not in text
+    assert "evil\\x1b[2Jkey\\rover\\x07bell\\udcff\\u202eabc\\nx\\tz" in text
+    text.encode("utf-8")  # printable to any UTF-8 terminal: no lone surrogate left
+    assert safe("plain") == "plain" and safe("two\nlines", newlines=True) == "two\nlines"
+    assert display_width("日本") == 4 and display_width("e\u0301") == 1
+
+
+def test_control_characters_in_store_keys_are_escaped(cli: CliFn, gateway_db: Path) -> None:
+    keys = ["evil:\x1b[2J\x1b[H", "evil:cr\rover", "evil:bell\x07"]
+    with sqlite3.connect(gateway_db) as db:
+        db.executemany("INSERT INTO kv VALUES (?, '1')", [(key,) for key in keys])
+    for args in (("kv", "list", "evil:"), ("kv", "list", "evil:", "--keys-only")):
+        result = cli(*args)
+        assert result.exit_code == 0
+        for raw in ("\x1b", "\r", "\x07"):
+            assert raw not in result.stdout
+        assert "evil:\\x1b[2J\\x1b[H" in result.stdout and "evil:cr\\rover" in result.stdout
+    exact = cli("kv", "list", "evil:", "-f", "json").json()
+    assert sorted(row["key"] for row in exact) == sorted(keys)  # type: ignore[index, union-attr]
+    missing = cli("kv", "get", "evil:\x1b[31mred")
+    assert missing.exit_code == 3 and "\x1b" not in missing.stderr
+
+
+def test_csv_cells() -> None:
+    assert csv_cell(True) == "true" and csv_cell(False) == "false"
+    assert csv_cell({"a": [1, 2]}) == '{"a":[1,2]}' and csv_cell(3) == 3
+    stream = io.StringIO()
+    Output("csv", stdout=stream).rows([{"k": "x", "held": False, "tags": ["a"]}], [])
+    assert stream.getvalue() == 'k,held,tags\nx,false,"[""a""]"\n'
