@@ -127,7 +127,7 @@ def list_cmd(
         keys = islice(provider.scan_keys(prefix), stop)
         if out.fmt in ("table", "csv"):
             for key in keys:
-                out.line(key)
+                out.line(key, wrap=False)
         elif out.fmt == "jsonl":
             for key in keys:
                 out.line(json_text(key))
@@ -172,7 +172,7 @@ def get_cmd(
     elif not out.stdout_is_tty:
         out.write(value)
     else:
-        out.line(_pretty(value))
+        out.line(_pretty(value), wrap=False)
 
 
 def _pretty(value: str) -> str:

@@ -14,15 +14,19 @@ Formats:
   times, levels, numbers) are never wrapped or cut. On a terminal the table
   fits its width: free-text columns (descriptions, reasons, content) are cut
   with ``…`` first, down to 12 characters; then whole columns are left out,
-  the rightmost first, never the first one; a table whose identifiers alone
-  are wider than the terminal runs over (the terminal wraps the line, no
-  break is inserted). Off a terminal nothing is cut or left out. Either way:
-  one header line (none with ``--no-headers``), then one line per row, no
-  rules, no blank lines, no spaces at line ends; the totals line is shown on
-  a terminal, or with ``--totals``. ``--wide`` shows every column and cuts
-  nothing; ``--columns a,b`` picks the columns (any field of the JSON rows).
-  Control characters in cells are shown escaped (``\\x1b``, ``\\r``, ...), so
-  a key can never drive the operator's terminal.
+  free-text ones first, then the others, the rightmost first, never the
+  first one; a table whose identifiers alone are wider than the terminal
+  runs over (the terminal wraps the line, no break is inserted). When a
+  later page needs more room than the first, columns give way again in the
+  same order and the header is repeated. Off a terminal nothing is cut or
+  left out. Either way: one header line (none with ``--no-headers``), then
+  one line per row, no rules, no blank lines, no spaces at line ends; the
+  totals line is shown on a terminal, or with ``--totals``. ``--wide`` shows
+  every column and cuts nothing; ``--columns a,b`` picks the columns (any
+  field of the JSON rows). Control characters in cells are shown escaped
+  (``\\x1b``, ``\\r``, ...), so a key can never drive the operator's
+  terminal. Messages (and lines of prose on stdout) are wrapped at spaces on
+  a terminal.
 - ``json``: one JSON document (a list of rows, or one object).
 - ``jsonl``: one JSON object per line.
 - ``csv``: a header line, then one line per row; booleans ``true``/``false``,
@@ -228,6 +232,7 @@ class _Table:
         self.footer = footer
         self.shown: list[Column] = []
         self.widths: list[int] = []
+        self.natural: list[int] = []
 
     # -- choosing columns ---------------------------------------------------
 
@@ -290,39 +295,76 @@ class _Table:
             excess -= give
         return widths
 
-    def _fitted(
-        self, columns: Sequence[Column], cells: list[list[str]], keep: list[int]
-    ) -> list[int]:
-        chosen = [columns[i] for i in keep]
-        return self._fit_text(
-            chosen, self._natural(chosen, [[row[i] for i in keep] for row in cells])
-        )
+    def _drop_order(self) -> list[int]:
+        """Which shown columns give way, first to last: free text from the right, then the rest.
 
-    def _layout(self, cells: list[list[str]]) -> list[list[str]]:
-        """Choose the columns and widths from the first page; returns its rows' shown cells."""
-        columns = self.shown
-        keep = list(range(len(columns)))
-        widths = self._fitted(columns, cells, keep)
-        if self.limit is not None and not self.chosen and self._total(widths) > self.limit:
-            droppable = [i for i in keep if i and not columns[i].keep]
-            floor = [i for i in keep if i not in droppable]
-            # Leave columns out only when that can make the table fit: when the
-            # identifiers alone are wider than the terminal, the lines run over.
-            if self._total(self._fitted(columns, cells, floor)) <= self.limit:
-                for index in reversed(droppable):
-                    if self._total(widths) <= self.limit:
-                        break
-                    keep.remove(index)
-                    widths = self._fitted(columns, cells, keep)
-        self.shown, self.widths = [columns[i] for i in keep], widths
-        return [[row[i] for i in keep] for row in cells]
+        The first column and ``keep`` columns never do.
+        """
+        droppable = [i for i, c in enumerate(self.shown) if i and not c.keep]
+        texts = [i for i in reversed(droppable) if self.shown[i].is_text]
+        return texts + [i for i in reversed(droppable) if not self.shown[i].is_text]
 
-    def _grow(self, cells: list[list[str]]) -> None:
-        """A later page: columns widen to fit (never narrow); free text is cut to fit again."""
+    def _arrange(self, natural: list[int]) -> tuple[list[int], list[int]]:
+        """The shown columns to keep and their widths, for these natural widths."""
+
+        def fit(keep: list[int]) -> list[int]:
+            return self._fit_text([self.shown[i] for i in keep], [natural[i] for i in keep])
+
+        keep = list(range(len(self.shown)))
+        widths = fit(keep)
+        if self.limit is None or self.chosen or self._total(widths) <= self.limit:
+            return keep, widths
+        order = self._drop_order()
+        # Leave columns out only when that can make the table fit: when the
+        # identifiers alone are wider than the terminal, the lines run over.
+        if self._total(fit([i for i in keep if i not in order])) > self.limit:
+            return keep, self._cap(keep, widths)
+        for index in order:
+            if self._total(widths) <= self.limit:
+                break
+            keep.remove(index)
+            widths = fit(keep)
+        return keep, self._cap(keep, widths)
+
+    def _cap(self, keep: list[int], widths: list[int]) -> list[int]:
+        """Identifier columns too wide for the terminal are aligned to what fits.
+
+        A longer value is still printed whole (its row runs over); shorter
+        ones are not padded out past the terminal's edge.
+        """
+        assert self.limit is not None
+        widths = list(widths)
+        excess = self._total(widths) - self.limit
+        while excess > 0:
+            columns = [
+                i
+                for i in range(len(keep))
+                if widths[i] > display_width(self.shown[keep[i]].header) and i < len(keep) - 1
+            ]
+            if not columns:
+                break
+            widest = max(columns, key=lambda i: widths[i])
+            give = min(excess, widths[widest] - display_width(self.shown[keep[widest]].header))
+            widths[widest] -= give
+            excess -= give
+        return widths
+
+    def _page(self, cells: list[list[str]]) -> tuple[list[list[str]], bool]:
+        """Fit a page: widths grow (never shrink) to its cells; columns give way if needed.
+
+        Returns the page's cells for the columns kept, and whether columns were left out.
+        """
         natural = self._natural(self.shown, cells)
-        grown = [max(old, new) for old, new in zip(self.widths, natural, strict=True)]
-        if grown != self.widths:
-            self.widths = self._fit_text(self.shown, grown)
+        if self.natural:
+            natural = [max(a, b) for a, b in zip(self.natural, natural, strict=True)]
+        keep, widths = self._arrange(natural)
+        dropped = len(keep) < len(self.shown)
+        if dropped:
+            self.shown = [self.shown[i] for i in keep]
+            cells = [[row[i] for i in keep] for row in cells]
+        self.natural = [natural[i] for i in keep]
+        self.widths = widths
+        return cells, dropped
 
     # -- writing ----------------------------------------------------------------
 
@@ -360,6 +402,10 @@ class _Table:
             return _isatty(self.stream)
         return self.options.totals
 
+    def _header(self) -> str:
+        header = self._line([c.header for c in self.shown])
+        return f"\x1b[1m{header}\x1b[0m" if self.bold else header
+
     def write(self, rows: Iterable[Mapping[str, Any]]) -> int:
         iterator = iter(rows)
         page = list(islice(iterator, FIRST_PAGE))
@@ -371,12 +417,10 @@ class _Table:
         if footer:
             assert self.footer is not None
             cells.append(self._cells(self.shown, self.footer))
-        cells = self._layout(cells)
-        footer_cells = cells.pop() if footer else None
-        lines = []
-        if self.options.headers:
-            header = self._line([c.header for c in self.shown])
-            lines.append(f"\x1b[1m{header}\x1b[0m" if self.bold else header)
+        cells, _ = self._page(cells)
+        if footer:
+            cells.pop()
+        lines = [self._header()] if self.options.headers else []
         lines += [self._line(row) for row in cells]
         count = len(page)
         self.stream.write("\n".join(lines) + "\n")
@@ -386,12 +430,14 @@ class _Table:
             if not page:
                 break
             count += len(page)
-            cells = [self._cells(self.shown, row) for row in page]
-            self._grow(cells)
-            self.stream.write("\n".join(self._line(row) for row in cells) + "\n")
+            cells, dropped = self._page([self._cells(self.shown, row) for row in page])
+            lines = [self._header()] if dropped and self.options.headers else []
+            lines += [self._line(row) for row in cells]
+            self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
-        if footer_cells is not None:
-            self.stream.write(self._line(footer_cells) + "\n")
+        if footer:
+            assert self.footer is not None
+            self.stream.write(self._line(self._cells(self.shown, self.footer)) + "\n")
         return count
 
 
@@ -460,9 +506,32 @@ class Output:
         self.stdout.write(text)
         self.stdout.flush()
 
-    def line(self, text: str = "") -> None:
-        """One line of text for people (control characters escaped, line breaks kept)."""
-        self.stdout.write(safe(text, newlines=True) + "\n")
+    def line(self, text: str = "", *, wrap: bool = True) -> None:
+        """A line of text for people: control characters escaped, line breaks kept,
+        and on a terminal wrapped at spaces (``wrap``), so no word is split."""
+        self.stdout.write(self._fold(self.stdout, safe(text, newlines=True), wrap) + "\n")
+
+    def _fold(self, stream: IO[str], text: str, wrap: bool = True) -> str:
+        """``text`` wrapped at spaces to the terminal's width when ``stream`` is one."""
+        if not wrap or not _isatty(stream):
+            return text
+        import shutil
+
+        width = max(shutil.get_terminal_size((80, 24)).columns, 20)
+        if all(display_width(part) <= width for part in text.split("\n")):
+            return text
+        import textwrap
+
+        folded = []
+        for part in text.split("\n"):
+            folded += textwrap.wrap(
+                part,
+                width=width,
+                subsequent_indent="  ",
+                break_long_words=False,
+                break_on_hyphens=False,
+            ) or [""]
+        return "\n".join(folded)
 
     def rows(
         self,
@@ -593,16 +662,19 @@ class Output:
     def info(self, message: str) -> None:
         """A status message; suppressed by --quiet."""
         if not self.quiet:
-            self.stderr.write(safe(message, newlines=True) + "\n")
+            self.stderr.write(self._fold(self.stderr, safe(message, newlines=True)) + "\n")
 
     def warn(self, message: str) -> None:
-        self.stderr.write(f"warning: {safe(message, newlines=True)}\n")
+        self.stderr.write(
+            self._fold(self.stderr, f"warning: {safe(message, newlines=True)}") + "\n"
+        )
 
     def error(self, message: str) -> None:
         prefix = "error:"
         if self.color and self.stderr_is_tty:
             prefix = "\x1b[31merror:\x1b[0m"
-        self.stderr.write(f"{prefix} {safe(message, newlines=True)}\n")
+        text = self._fold(self.stderr, f"error: {safe(message, newlines=True)}")
+        self.stderr.write(prefix + text[len("error:") :] + "\n")
 
     # -- prompts --------------------------------------------------------------
 
