@@ -359,7 +359,9 @@ def test_parse_duration() -> None:
     assert memory_upkeep.parse_duration("1d12h") == timedelta(hours=36)
     assert memory_upkeep.parse_duration("2w") == timedelta(weeks=2)
     assert memory_upkeep.parse_duration("45s") == timedelta(seconds=45)
-    for bad in ("", "30", "d", "1.5d", "-3d", "30 days", "3y"):
+    # one grammar with the retention config: y is 365 days
+    assert memory_upkeep.parse_duration("1y") == timedelta(days=365)
+    for bad in ("", "30", "d", "1.5d", "-3d", "30 days", "3mo"):
         with pytest.raises(UsageError):
             memory_upkeep.parse_duration(bad)
 

@@ -61,7 +61,7 @@ class Candidate:
     version: int | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        row: dict[str, Any] = {"file": self.file, "createdAt": self.created_at}
+        row: dict[str, Any] = {"file": self.file, "created_at": self.created_at}
         if self.skipped is not None:
             row["skipped"] = self.skipped
         else:

@@ -166,15 +166,15 @@ class Version:
         """The stable JSON row of ``config history``."""
         return {
             "version": self.number,
-            "createdAt": self.created_at,
+            "created_at": self.created_at,
             "user": self.user,
             "reason": self.reason,
             "source": self.source,
             "bytes": self.size,
             "sha256": self.sha256,
             "redacted": self.redacted_paths,
-            "restoredFrom": self.restored_from,
-            "importedFrom": self.imported_from,
+            "restored_from": self.restored_from,
+            "imported_from": self.imported_from,
             "current": current,
         }
 
@@ -398,9 +398,9 @@ def store_version(
     if version.redacted:
         details["redacted"] = version.redacted_paths
     if restored_from is not None:
-        details["restoredFrom"] = restored_from
+        details["restored_from"] = restored_from
     if imported_from is not None:
-        details["importedFrom"] = imported_from
+        details["imported_from"] = imported_from
     if evicted:
         details["evicted"] = evicted
     details.update(audit_details or {})

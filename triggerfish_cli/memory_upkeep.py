@@ -8,7 +8,6 @@ hard-deletes soft-deleted records at those levels whose deletion
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -120,19 +119,15 @@ def reindex(
 
 # -- purge -----------------------------------------------------------------------------
 
-_DURATION = re.compile(r"(\d+)([smhdw])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
 
 def parse_duration(text: str) -> timedelta:
-    """``90d``, ``12h``, ``2w``, ``1d12h``, ``30m``, ``45s`` -> a timedelta."""
-    cleaned = text.strip()
-    parts = _DURATION.findall(cleaned)
-    if not cleaned or "".join(n + u for n, u in parts) != cleaned:
-        raise UsageError(
-            f"not a duration: {text!r}", hint="use a number and a unit s, m, h, d or w, e.g. 30d"
-        )
-    return timedelta(seconds=sum(int(n) * _UNITS[u] for n, u in parts))
+    """``90d``, ``12h``, ``2w``, ``1y``, ``1d12h``, ``30m``, ``45s`` -> a timedelta."""
+    from triggerfish_cli.timespec import parse_duration as parse
+
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
 
 
 @dataclass

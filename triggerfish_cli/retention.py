@@ -31,7 +31,6 @@ path in the YAML, never silently a default. The plan itself is in
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -42,7 +41,6 @@ from triggerfish_cli import namespaces
 from triggerfish_cli.errors import InvalidDataError
 
 _UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
-_DURATION = re.compile(r"([+-]?\d+)\s*([a-z]+)")
 MAX_DURATION = timedelta(days=1000 * 365)
 
 AGE, KEEP, FOREVER, FOLLOWS = "age", "keep", "forever", "follows"
@@ -51,16 +49,29 @@ EXPIRED = "expired"
 
 
 def parse_duration(text: str) -> timedelta:
-    """``14d`` -> 14 days. Units: h, d, w, y (365 days). ValueError otherwise."""
-    match = _DURATION.fullmatch(text.strip().lower())
-    if match is None or match.group(2) not in _UNITS:
-        raise ValueError(f"{text!r} is not a duration (write e.g. 12h, 30d, 2w, 1y, or forever)")
-    amount = int(match.group(1))
-    if amount < 0:
+    """``14d`` -> 14 days, in the one grammar of ``timespec`` (s m h d w y, ``1d12h``).
+
+    ValueError otherwise, and for a negative, zero or over-long duration.
+    """
+    from triggerfish_cli import timespec
+
+    cleaned = text.strip()
+    if cleaned.startswith("-"):
         raise ValueError(f"{text!r} is negative")
-    if amount == 0:
+    try:
+        age = timespec.parse_duration(cleaned)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is not a duration (write e.g. 12h, 30d, 2w, 1y, or forever)"
+        ) from None
+    seconds = int(age.total_seconds())
+    if seconds == 0:
         raise ValueError(f"{text!r} is zero (to keep nothing, there is no setting; use 1h)")
-    seconds = amount * _UNITS[match.group(2)]
+    if seconds < 3600:
+        raise ValueError(
+            f"{text!r} is under an hour (m is minutes, s seconds; for months write e.g. 90d): "
+            "a policy is at least 1h"
+        )
     if seconds > MAX_DURATION.total_seconds():
         raise ValueError(f"{text!r} is longer than 1000y (write forever)")
     return timedelta(seconds=seconds)

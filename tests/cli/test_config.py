@@ -157,8 +157,8 @@ def test_snapshot_history_show(cli: CliFn, store: StoreHandle, config: Path) -> 
         (2, "debugging", "snapshot", True),
     ]
     assert set(rows[0]) == {  # type: ignore[index]
-        "version", "createdAt", "user", "reason", "source", "bytes", "sha256",
-        "redacted", "restoredFrom", "importedFrom", "current",
+        "version", "created_at", "user", "reason", "source", "bytes", "sha256",
+        "redacted", "restored_from", "imported_from", "current",
     }  # fmt: skip
     table = ok(cli(*store.args, "config", "history"))
     assert "<- now" in table.stdout and "initial setup" in table.stdout  # type: ignore[attr-defined]
@@ -703,7 +703,7 @@ def test_import_backups_with_the_gateways_names(
     assert document["skipped"] == [  # type: ignore[index]
         {
             "file": "triggerfish.yaml.2026-02-17T08-15-00.500Z",
-            "createdAt": "2026-02-17T08:15:00.500Z",
+            "created_at": "2026-02-17T08:15:00.500Z",
             "skipped": "same as triggerfish.yaml.2026-02-16T14-30-45.123Z",
         },
     ]

@@ -80,6 +80,9 @@ class BoundaryGroup(TyperGroup):
             command = typer.main.get_command(getattr(module, attribute or "app"))
             command.name = cmd_name
             accept_globals(command, self)
+            from triggerfish_cli.cli.examples import attach
+
+            attach(command, cmd_name)
             return command
         return super().get_command(ctx, cmd_name)
 

@@ -74,7 +74,7 @@ def show_restore(out: Output, document: dict[str, Any]) -> None:
     if out.quiet:
         return
     for line in document.get("checks", []):
-        out.info(f"ok: {line}")
+        out.line(f"ok: {line}")
     prefix = "would restore" if document.get("dry_run") else "restored"
     if document.get("mode"):
         out.line(

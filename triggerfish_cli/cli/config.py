@@ -139,7 +139,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
         (v.row(v.number == current) for v in listing.versions),
         [
             Column("version", "version", "right", lambda n: f"v{n}"),
-            Column("createdAt", "created"),
+            Column("created_at", "created"),
             Column("user", "user"),
             Column("source", "source", render=lambda s: s or ""),
             Column("bytes", "size", "right", human_bytes),
@@ -201,6 +201,14 @@ def diff_cmd(
             autocompletion=complete_config_version,
         ),
     ] = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Exit 1 when they differ, 0 when identical (as git diff --exit-code); "
+            "with -q print nothing",
+        ),
+    ] = False,
     fmt: FormatOpt = None,
 ) -> None:
     """Unified diff between two versions, or a version and the file (secrets masked).
@@ -208,9 +216,7 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "changes": [{"path", "change", "old", "new"}]}
     with changed keys as dotted paths.
     """
-    from triggerfish_cli import config_diff
     from triggerfish_cli import config_versions as cv
-    from triggerfish_cli.cli.output import Column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -226,6 +232,22 @@ def diff_cmd(
         return f"v{found.number}", found.yaml, f"v{found.number}"
 
     (name_a, text_a, label_a), (name_b, text_b, label_b) = side(a), side(b or "current")
+    if exit_code:
+        if not out.quiet:
+            _show_diff(out, text_a, text_b, (name_a, label_a), (name_b, label_b))
+        if text_a != text_b:
+            raise typer.Exit(1)
+        return
+    _show_diff(out, text_a, text_b, (name_a, label_a), (name_b, label_b))
+
+
+def _show_diff(
+    out: Output, text_a: str, text_b: str, a: tuple[str, str], b: tuple[str, str]
+) -> None:
+    from triggerfish_cli import config_diff
+    from triggerfish_cli.cli.output import Column
+
+    (name_a, label_a), (name_b, label_b) = a, b
     if out.fmt == "table":
         text = config_diff.unified(text_a, text_b, label_a, label_b)
         if text:
@@ -435,10 +457,11 @@ def import_cmd(
             empty=f"no gateway backups in {where}",
         )
     count = len(plan.to_import)
-    out.info(
-        f"{verb} {count} {'copy' if count == 1 else 'copies'} from {where}"
-        + (f"; removed {', '.join(f'v{n}' for n in evicted)}" if evicted else "")
-    )
+    if not out.quiet:
+        out.line(
+            f"{verb} {count} {'copy' if count == 1 else 'copies'} from {where}"
+            + (f"; removed {', '.join(f'v{n}' for n in evicted)}" if evicted else "")
+        )
 
 
 @app.command("validate")
@@ -464,7 +487,8 @@ def validate_cmd(
     report = config_diff.validate_text(config.text, str(path), path)
     if out.fmt == "table":
         for problem in report.problems:
-            where = f"{path}:{problem.line or 0}:{problem.column or 0}"
+            where = f"{path}" + (f":{problem.line}" if problem.line else "")
+            where += f":{problem.column}" if problem.line and problem.column else ""
             out.line(f"{where}: {problem.severity}: {problem.message}")
         if report.valid:
             out.info(f"{path}: valid ({len(report.warnings)} warning(s))")

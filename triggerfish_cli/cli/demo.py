@@ -52,7 +52,8 @@ def create_cmd(
         str | None,
         typer.Option(
             "--now",
-            help="Anchor time (ISO-8601) instead of the current time, for a byte-identical store.",
+            help="Anchor time (a date or an ISO-8601 time) instead of the current time, for a "
+            "byte-identical store.",
             show_default=False,
         ),
     ] = None,
@@ -62,13 +63,13 @@ def create_cmd(
     """Fill an EMPTY store (the default one, --db PATH, or the configured backend)."""
     from triggerfish_cli import audit
     from triggerfish_cli.demo import build_demo
-    from triggerfish_cli.serialization import parse_iso
+    from triggerfish_cli.timespec import parse_moment
 
     anchor: datetime | None = None
     if now is not None:
-        anchor = parse_iso(now)
+        anchor = parse_moment(now)
         if anchor is None:
-            raise UsageError(f"--now: not an ISO-8601 time: {now!r}")
+            raise UsageError(f"--now: not a date or an ISO-8601 time: {now!r}")
     st = state(ctx)
     provider = st.provider(create=True)
     out = st.output(fmt_value(fmt), quiet or None)

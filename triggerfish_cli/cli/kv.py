@@ -304,13 +304,18 @@ def delete_cmd(
     if plan.count == 0:
         out.outcome(summary, f"no keys under {prefix!r}")
         return
-    if dry_run or not out.quiet:
+    if dry_run:  # the report is the result: stdout
+        if out.fmt == "table" and not out.quiet:
+            out.line(f"would delete {plan.count} key(s) under {prefix!r}, e.g.:")
+            for sample in plan.sample():
+                out.line(f"  {sample}", wrap=False)
+        else:
+            out.outcome(summary, "")
+        return
+    if not out.quiet:  # what the question is about: beside it, on stderr
         out.info(f"{plan.count} key(s) under {prefix!r}, e.g.:")
         for sample in plan.sample():
             out.info(f"  {sample}")
-    if dry_run:
-        out.outcome(summary, f"would delete {plan.count} key(s) under {prefix!r}")
-        return
     out.confirm(
         f"Delete {plan.count} key(s) under {prefix!r}?",
         yes=yes,

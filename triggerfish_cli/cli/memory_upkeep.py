@@ -41,12 +41,15 @@ def stats_cmd(
     out = st.output(fmt_value(fmt))
     result = memory.stats(st.provider(), taint=taint_level(taint), agent=agent)
     document = result.as_dict()
-    if out.fmt != "table":
-        out.record(document)
-        return
     columns = [Column("agent", "agent"), Column("level", "level")] + [
         Column(name, name, "right") for name in ("live", "deleted", "shadowed")
     ]
+    if out.fmt == "csv":  # one row per agent and level (the JSON document has them all)
+        out.rows(result.rows(), columns)
+        return
+    if out.fmt != "table":
+        out.record(document)
+        return
     footer = {name: document[name] for name in ("live", "deleted", "shadowed")}
     out.rows(
         result.rows(), columns, footer={"agent": "total", **footer}, empty="no memories visible"
@@ -104,7 +107,7 @@ def reindex_cmd(
         verb = "would fix" if dry_run else "fixed"
         out.line(f"{verb} {drift.to_fix if dry_run else drift.fixed} record(s)")
         for category, keys in drift.samples.items():
-            out.info(f"  {category}: {', '.join(keys)}")
+            out.line(f"  {category}: {', '.join(keys)}")
 
 
 @app.command("purge")
@@ -142,13 +145,18 @@ def purge_cmd(
         out.outcome(plan.as_dict(0, dry_run), "no soft-deleted memories to purge")
         return
     summary = plan.as_dict(0, dry_run)
-    if dry_run or not out.quiet:
+    if dry_run:  # the report is the result: stdout
+        if out.fmt == "table" and not out.quiet:
+            out.line(f"would purge {plan.count} record(s) soft-deleted before {summary['cutoff']}")
+            for key in summary["sample"]:
+                out.line(f"  {key}", wrap=False)
+        else:
+            out.outcome(summary, "")
+        return
+    if not out.quiet:  # what the question is about: beside it, on stderr
         out.info(f"{plan.count} memory record(s) soft-deleted before {summary['cutoff']}, e.g.:")
         for key in summary["sample"]:
             out.info(f"  {key}")
-    if dry_run:
-        out.outcome(summary, f"would purge {plan.count} record(s)")
-        return
     out.confirm(
         f"Purge {plan.count} record(s) for good?", yes=yes, what=f"purging {plan.count} record(s)"
     )

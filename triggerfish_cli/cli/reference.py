@@ -147,6 +147,8 @@ def command_tree(
     command = command or root_command()
     name = path[-1] if path else PROG
     ctx = click.Context(command, info_name=name, resilient_parsing=True)
+    from triggerfish_cli.cli.examples import EXAMPLES
+
     help_text = (command.help or "").strip()
     node: dict[str, Any] = {
         "name": name,
@@ -159,6 +161,7 @@ def command_tree(
             for p in command.params
             if not getattr(p, "hidden", False) and p.name != "help"
         ],
+        "examples": list(EXAMPLES.get(" ".join(path), ())),
         "commands": [],
     }
     for sub in _subcommands(command, ctx):
@@ -228,6 +231,8 @@ def render_markdown(tree: dict[str, Any]) -> str:
         lines += ["```", f"{node['path']} {node['usage']}".rstrip(), "```", ""]
         if node["params"]:
             lines += [_md_param(param) for param in node["params"]] + [""]
+        if node["examples"]:
+            lines += ["Examples:", "", "```sh", *node["examples"], "```", ""]
         if node["commands"]:
             lines += ["Commands: " + ", ".join(f"`{c['name']}`" for c in node["commands"]), ""]
     lines += ["## Exit status", "", "| code | meaning |", "|---|---|"]
@@ -320,6 +325,8 @@ def render_man(tree: dict[str, Any]) -> str:
             for param in node["params"]:
                 lines += _man_param(param)
             lines.append(".RE")
+        if node["examples"]:
+            lines += [".PP", "Examples:", ".RS", ".nf", *map(_roff, node["examples"]), ".fi", ".RE"]
     lines.append(".SH ENVIRONMENT")
     for name, text in environment(tree):
         lines += [".TP", f"\\fB{_roff(name)}\\fR", _roff(text)]

@@ -46,7 +46,7 @@ AsOfOpt = Annotated[
     typer.Option(
         "--as-of",
         metavar="TIME",
-        help="Judge ages as of this ISO time instead of now (a sweep: not in the future).",
+        help="Judge ages as of this date or ISO time instead of now (a sweep: not in the future).",
         show_default=False,
     ),
 ]
@@ -73,14 +73,18 @@ def _only(names: list[str] | None) -> set[str] | None:
 
 
 def _as_of(text: str | None, *, future: bool) -> datetime:
-    from triggerfish_cli.serialization import parse_iso, utc_now
+    from triggerfish_cli.serialization import utc_now
+    from triggerfish_cli.timespec import parse_moment
 
     now = utc_now()
     if text is None:
         return now
-    moment = parse_iso(text)
+    moment = parse_moment(text)
     if moment is None:
-        raise UsageError(f"--as-of: {text!r} is not an ISO time, e.g. 2026-03-28T14:05:40Z")
+        raise UsageError(
+            f"--as-of: {text!r} is not a date or an ISO time, e.g. 2026-03-28 or "
+            "2026-03-28T14:05:40Z"
+        )
     if not future and moment > now:
         raise UsageError("--as-of: a sweep cannot judge ages as of a time in the future")
     return moment
@@ -115,6 +119,14 @@ def plan_cmd(
         typer.Option("--list", "-l", help="One row per key: deletions, trims, ages unknown."),
     ] = False,
     as_of: AsOfOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Exit 1 when a sweep would delete or trim something, 0 when "
+            "there is nothing to do (for cron alerts); with -q print nothing",
+        ),
+    ] = False,
     fmt: FormatOpt = None,
 ) -> None:
     """What a sweep would do now, per namespace (count, bytes, oldest, rule). Writes nothing."""
@@ -124,7 +136,11 @@ def plan_cmd(
     policies = _policies(st)
     only, now = _only(namespace), _as_of(as_of, future=True)
     plan = read_plan(st.provider(), policies, now, only=only)
-    show_plan(st.output(fmt_value(fmt)), plan, list_keys)
+    out = st.output(fmt_value(fmt))
+    if not (exit_code and out.quiet):
+        show_plan(out, plan, list_keys)
+    if exit_code and (plan.deletes or plan.trims):
+        raise typer.Exit(1)
 
 
 @contextmanager

@@ -55,8 +55,6 @@ class LiveWriter:
         }
 
 
-
-
 def store_files(db: Path) -> list[str]:
     """The real paths of the store, its WAL and its shared-memory file."""
     base = os.path.realpath(db)
@@ -160,9 +158,7 @@ class LsofTable(ProcessTable):
             return []
         out = _run(["lsof", "-t", "--", *existing])
         wanted = set(pids)
-        return sorted(
-            {int(word) for word in out.split() if word.isdigit()} & wanted - {self.me}
-        )
+        return sorted({int(word) for word in out.split() if word.isdigit()} & wanted - {self.me})
 
     def start_time(self, pid: int) -> int | None:
         out = _run(["ps", "-o", "lstart=", "-p", str(pid)]).strip()

@@ -577,4 +577,3 @@ class WriteGate:
                 with contextlib.suppress(OSError):
                     os.close(fd)
                 setattr(self, name, None)
-
