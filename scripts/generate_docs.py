@@ -4,7 +4,9 @@
     python scripts/generate_docs.py --check  # exit 1 if any is stale
 
 All three come from the real command tree (triggerfish_cli/cli/reference.py);
-tests/cli/test_reference.py fails when a committed file is stale.
+the README's example outputs are run again on a fixed demo store
+(scripts/readme_examples.py). tests/cli/test_reference.py fails when a
+committed file is stale.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+from readme_examples import README, render  # noqa: E402
 
 from triggerfish_cli.cli.reference import generated_files  # noqa: E402
 
@@ -32,6 +36,12 @@ def main() -> int:
         if not args.check:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    fresh = render(readme)
+    if fresh != readme:
+        stale.append(README.name)
+        if not args.check:
+            README.write_text(fresh, encoding="utf-8")
     for relative in stale:
         print(f"{'stale' if args.check else 'wrote'}: {relative}")
     return 1 if args.check and stale else 0

@@ -41,6 +41,7 @@ from triggerfish_cli.backup_dest import Destination, temp_dir
 from triggerfish_cli.backup_snapshot import stream_snapshot
 from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.memory import LEVELS_BY_NAME
+from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
 from triggerfish_cli.storage.sqlite import (
@@ -175,8 +176,15 @@ def create_backup(
     threads: int | None = None,
     label: str | None = None,
     on_progress: Callable[[int], None] | None = None,
+    progress: Reporter | None = None,
 ) -> Created:
+    """Back ``provider`` up into ``dest``; ``progress`` is told the phase and how far it got
+    (bytes of the snapshot for a physical backup, keys for a logical one)."""
     import time
+
+    from triggerfish_cli.progress import SILENT, counted
+
+    progress = progress or SILENT
 
     if compression not in COMPRESSIONS:
         raise UsageError(f"unknown compression {compression!r}: zstd, gzip or none")
@@ -204,11 +212,19 @@ def create_backup(
     options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":
         assert isinstance(provider, SqliteStorage)
+        progress.phase("snapshot", _store_bytes(provider.path), unit="bytes")
+        watched = progress
+
+        def through(
+            consume: Callable[[Iterator[bytes | memoryview]], HashingWriter],
+        ) -> Callable[[Iterator[bytes | memoryview]], HashingWriter]:
+            return lambda chunks: consume(counted(chunks, watched))
+
         with dest.staging(name) as staged:
             if compression == "none":  # the snapshot is the payload: no second copy
                 os.close(os.open(staged, os.O_WRONLY | os.O_CREAT, 0o600))
                 with _syncing(staged):
-                    sink = _physical(provider, staged, manifest, _hash_only)
+                    sink = _physical(provider, staged, manifest, through(_hash_only))
                 manifest.content_bytes = sink.count
             else:
                 with (
@@ -229,7 +245,7 @@ def create_backup(
                         provider,
                         scratch / "snapshot.db",
                         manifest,
-                        compress,
+                        through(compress),
                         scratch=True,
                         mapped=ZstdFrames.FRAME if compression == "zstd" else None,
                     )
@@ -238,7 +254,15 @@ def create_backup(
                 _trailer(tail, manifest)
     else:
         counter = KeyCounter()
-        chunks = _json_lines(provider.snapshot_scan(batch_size=5000), counter, on_progress)
+        progress.phase("backing up", provider.count(), unit="keys")
+        reported = progress
+
+        def advance(count: int) -> None:
+            reported.advance(count)
+            if on_progress is not None:
+                on_progress(count)
+
+        chunks = _json_lines(provider.snapshot_scan(batch_size=5000), counter, advance)
         with dest.writer(name) as handle:
             sink = HashingWriter(handle)
             done = compress_stream(chunks, sink, compression, **options)
@@ -247,6 +271,16 @@ def create_backup(
             _finish_payload(sink, manifest)
             _trailer(handle, manifest)
     return Created(name, dest.describe(), manifest, time.perf_counter() - started)
+
+
+def _store_bytes(path: Path) -> int | None:
+    """About what a snapshot of the file reads: the database and its WAL."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return None
+    wal = Path(f"{path}-wal")
+    return size + (wal.stat().st_size if wal.exists() else 0)
 
 
 class _NullSink:

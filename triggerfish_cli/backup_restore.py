@@ -39,6 +39,7 @@ from triggerfish_cli.errors import (
     VerificationError,
 )
 from triggerfish_cli.fileio import fsync_dir
+from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, batched
 
@@ -148,14 +149,16 @@ def scratch_path(target: Path) -> Path:
     return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
 
 
-def restore_physical(archive: Path, name: str, target: Path, *, force: bool) -> Swapped:
+def restore_physical(
+    archive: Path, name: str, target: Path, *, force: bool, progress: Reporter | None = None
+) -> Swapped:
     """Verify ``archive`` into a scratch file beside ``target``, then swap it in."""
     target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
     check_not_open(target, force)
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch = scratch_path(target)
     try:
-        result = verify_file(archive, name, snapshot=scratch, durable=True)
+        result = verify_file(archive, name, snapshot=scratch, durable=True, progress=progress)
         if not result.ok:
             raise VerificationError(
                 f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"

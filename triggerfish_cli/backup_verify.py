@@ -28,6 +28,7 @@ from triggerfish_cli.backup_archive import (
 from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows
 from triggerfish_cli.backup_dest import Destination
 from triggerfish_cli.errors import InvalidDataError, VerificationError
+from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 
 
@@ -67,16 +68,25 @@ class Verified:
 
 
 def verify_file(
-    path: Path, name: str | None = None, *, snapshot: Path | None = None, durable: bool = False
+    path: Path,
+    name: str | None = None,
+    *,
+    snapshot: Path | None = None,
+    durable: bool = False,
+    progress: Reporter | None = None,
 ) -> Verified:
     """Verify a local archive. ``snapshot``: where to decompress a physical one (kept);
-    ``durable``: fsync it (it is to become a store)."""
+    ``durable``: fsync it (it is to become a store); ``progress``: told each phase."""
+    from triggerfish_cli.progress import SILENT, counted
+
+    progress = progress or SILENT
     name = name or path.name
     manifest = read_manifest(path)
     result = Verified(name, manifest)
+    progress.phase(f"checking {name}", manifest.content_bytes or None, unit="bytes")
     with path.open("rb") as handle:
         reader = LimitedHashingReader(handle, manifest.payload_bytes)
-        chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
+        chunks = counted(decompress_chunks(reader, manifest.compression, manifest.frames), progress)
         try:
             if manifest.kind == "physical":
                 if snapshot is None:
@@ -105,6 +115,7 @@ def verify_file(
     result.checks.append(f"{size} bytes decompressed")
     if manifest.kind == "physical":
         assert snapshot is not None
+        progress.phase(f"integrity check of {name}")
         counts = _check_sqlite(snapshot, manifest, result)
     if counts is not None:
         _compare_counts(manifest, counts, result)
@@ -255,17 +266,25 @@ def _compare_counts(manifest: Manifest, counts: Counts, result: Verified) -> Non
         )
 
 
-def verify_in(dest: Destination, name: str, *, scratch: Path | None = None) -> Verified:
+def verify_in(
+    dest: Destination,
+    name: str,
+    *,
+    scratch: Path | None = None,
+    progress: Reporter | None = None,
+) -> Verified:
     """Verify one archive of a destination and record the verdict beside it."""
     from triggerfish_cli.backup_dest import temp_dir
 
+    if progress is not None:
+        progress.phase(f"fetching {name}")
     with (
         temp_dir(scratch or dest.scratch_dir(), "verify") as work,
         dest.local_copy(name, work) as path,
     ):
         size = path.stat().st_size
         try:
-            result = verify_file(path, name, snapshot=work / "snapshot.db")
+            result = verify_file(path, name, snapshot=work / "snapshot.db", progress=progress)
         except InvalidDataError as exc:
             result = Verified(name, None, [exc.message], invalid=True)
     if result.manifest is not None:

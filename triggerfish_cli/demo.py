@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -45,6 +45,7 @@ from typing import Any
 from triggerfish_cli.demo_conversations import Session, Writer
 from triggerfish_cli.errors import RefusedError, UsageError
 from triggerfish_cli.namespaces import group_of
+from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import dumps, to_iso
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -629,13 +630,21 @@ def build_demo(
     days: int = 400,
     memories: int | None = None,
     memory_words: int | None = None,
+    progress: Reporter | None = None,
 ) -> DemoSummary:
-    """Fill an empty store with ``records`` gateway-shaped keys (see :func:`generate`)."""
+    """Fill an empty store with ``records`` gateway-shaped keys (see :func:`generate`).
+
+    ``progress`` is told the phases: generating, then writing (with the key count).
+    """
+    from triggerfish_cli.progress import SILENT
+
+    progress = progress or SILENT
     if provider.count() > 0:
         raise RefusedError(
             f"{provider.describe()} already holds data; demo create only fills an empty store",
             hint="use another --db path",
         )
+    progress.phase("generating")
     rows, fts, meta = generate(
         records, seed=seed, now=now, days=days, memories=memories, memory_words=memory_words
     )
@@ -645,11 +654,13 @@ def build_demo(
         summary.counts[group] = summary.counts.get(group, 0) + 1
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
+    progress.phase("writing", len(rows), unit="keys")
+    written = _reported(rows, progress)
     if isinstance(provider, SqliteStorage):
         with provider.transaction("demo create") as conn:
             conn.execute(MEMORY_FTS_SQL)
             conn.execute(MEMORY_META_SQL)
-            conn.executemany("INSERT INTO kv (key, value) VALUES (?, ?)", rows)
+            conn.executemany("INSERT INTO kv (key, value) VALUES (?, ?)", written)
             conn.executemany(
                 "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
                 "VALUES (?, ?, ?, ?, ?)",
@@ -658,5 +669,11 @@ def build_demo(
             conn.executemany("INSERT OR REPLACE INTO memory_meta VALUES (?, ?, ?, ?)", meta)
         summary.memories_indexed = len(meta)
     else:
-        provider.set_many(rows)
+        provider.set_many(written)
     return summary
+
+
+def _reported(rows: list[tuple[str, str]], progress: Reporter) -> Iterator[tuple[str, str]]:
+    for start in range(0, len(rows), 5000):
+        yield from rows[start : start + 5000]
+        progress.advance(len(rows[start : start + 5000]))

@@ -28,6 +28,21 @@ def test_generated_files_are_fresh() -> None:
     assert not stale, f"stale: {stale}; run `python scripts/generate_docs.py`"
 
 
+@pytest.mark.slow
+def test_readme_example_outputs_are_fresh() -> None:
+    """The README's example outputs are what the commands print on the fixed demo store."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from readme_examples import README, render
+    finally:
+        sys.path.pop(0)
+    text = README.read_text(encoding="utf-8")
+    assert "<!-- example-output: kv namespaces" in text
+    fresh = render(text)
+    assert fresh == text, "stale README example outputs; run `python scripts/generate_docs.py`"
+    assert "$ triggerfish-admin kv list sessions: --limit 3\nkey" in text
+
+
 def test_every_command_and_option_has_help() -> None:
     missing = []
     for node in walk(command_tree()):

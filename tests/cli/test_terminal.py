@@ -285,3 +285,23 @@ def test_closed_pipe_exits_0(demo: Store, args: list[str]) -> None:
     )
     assert (result.returncode, result.stderr) == (0, ""), (args, result.stderr)
     assert result.stdout.count("\n") == 1
+
+
+def test_progress_on_a_terminal_has_count_percent_and_eta(demo: Store) -> None:
+    db = demo.fresh("progress.db")
+    made = run_in_terminal(["demo", "create", "--db", str(db), "--records", "60000"], 100, demo.env)
+    assert "/60000" in made.raw and "%" in made.raw and "eta" in made.raw, made.raw[-2000:]
+    assert "writing" in made.raw and "generating" in made.raw
+    backup = demo.fresh("backups")
+    created = run_in_terminal(
+        ["--db", str(db), "backup", "create", "--to", str(backup)], 100, demo.env
+    )
+    assert "snapshot" in created.raw and "%" in created.raw, created.raw[-2000:]
+    checked = run_in_terminal(
+        ["backup", "verify", "--latest", "--from", str(backup)], 100, demo.env
+    )
+    assert "checking triggerfish-" in checked.raw and "%" in checked.raw, checked.raw[-2000:]
+    assert "integrity check of" in checked.raw
+    # off a terminal: no progress at all
+    piped = _run(demo, "backup", "verify", "--latest", "--from", str(backup))
+    assert "checking" not in piped.stderr and "%" not in piped.stderr

@@ -100,7 +100,7 @@ def create_cmd(
             compression=compression.value,
             level=level,
             label=label,
-            on_progress=bar.advance,
+            progress=bar,
         )
     document = created.as_dict()
     if verify:
@@ -167,10 +167,9 @@ def verify_cmd(
         dest, name = pick(file, latest, source, endpoint_url)
         names = [name]
     results = []
-    with out.progress("verifying", total=len(names)) as bar:
+    with out.progress("verifying") as bar:
         for name in names:
-            results.append(verify_in(dest, name, scratch=scratch))
-            bar.advance()
+            results.append(verify_in(dest, name, scratch=scratch, progress=bar))
     show_verified(out, results)
     check(results)
 

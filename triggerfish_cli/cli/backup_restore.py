@@ -68,8 +68,8 @@ def _physical(
             yes=options["yes"],
             what="the restore",
         )
-    with out.progress("restoring"), dest.local_copy(name, target.parent) as path:
-        result = restore_physical(path, name, target, force=force)
+    with out.progress("restoring") as bar, dest.local_copy(name, target.parent) as path:
+        result = restore_physical(path, name, target, force=force, progress=bar)
     show_restore(out, result.as_dict())
 
 

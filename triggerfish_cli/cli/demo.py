@@ -73,7 +73,7 @@ def create_cmd(
     st = state(ctx)
     provider = st.provider(create=True)
     out = st.output(fmt_value(fmt), quiet or None)
-    with out.progress("generating", total=None):
+    with out.progress("generating") as bar:
         summary = build_demo(
             provider,
             records=records,
@@ -82,6 +82,7 @@ def create_cmd(
             days=days,
             memories=memories,
             memory_words=memory_words,
+            progress=bar,
         )
     audit.record(
         provider,

@@ -732,7 +732,7 @@ class Output:
             transient=True,
         )
         with bar:
-            task = bar.add_task(description, total=total)
+            task = bar.add_task(description, total=total, unit=unit)
             yield Progress(bar, task)
 
 
@@ -751,25 +751,26 @@ class Progress:
         if self._bar is not None:
             self._bar.update(self._task, total=total)
 
-    def phase(self, name: str, total: int | None = None) -> None:
-        """A new phase: its name, and its total when known (the count starts again)."""
+    def phase(self, name: str, total: int | None = None, *, unit: str = "") -> None:
+        """A new phase: its name, its total when known, its unit (the count starts again)."""
         if self._bar is not None:
-            self._bar.reset(self._task, total=total, description=name)
+            self._bar.reset(self._task, total=total, description=name, unit=unit)
 
 
-def _count_column(unit: str) -> Any:
+def _count_column(default: str) -> Any:
     from rich.progress import ProgressColumn
     from rich.text import Text
 
     class Count(ProgressColumn):
         def render(self, task: Any) -> Text:
+            unit = task.fields.get("unit") or default
+
             def show(value: float) -> str:
                 return human_bytes(int(value)) if unit == "bytes" else f"{int(value)}"
 
-            done = show(task.completed)
             if task.total is None:
-                return Text(done)
-            return Text(f"{done}/{show(task.total)}")
+                return Text(show(task.completed) if task.completed else "")
+            return Text(f"{show(task.completed)}/{show(task.total)}")
 
     return Count()
 

@@ -17,7 +17,7 @@ def plan_rows(out: Output, plan: Plan) -> None:
         (ns_plan.as_row() for ns_plan in plan.namespaces.values()),
         [
             Column("namespace", "namespace"),
-            Column("policy", "policy", render=lambda v: str(v)),
+            Column("policy", "policy", render=lambda v: "" if v is None else str(v)),
             Column("held", "held"),
             Column("delete", "delete", "right"),
             Column("trim", "trim", "right"),
