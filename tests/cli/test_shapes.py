@@ -52,6 +52,7 @@ DATA_COMMANDS: list[list[str]] = [
     ["config", "import-backups", "--dry-run"],
     ["backup", "list"],
     ["backup", "prune", "--keep-last", "1", "--dry-run"],
+    ["help", "kv", "list"],
 ]
 
 

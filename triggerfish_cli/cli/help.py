@@ -27,6 +27,7 @@ app = _single("help", "Show help for a command, or the whole command tree as JSO
 
 @app.command("help")
 def help_cmd(
+    ctx: typer.Context,
     command: Annotated[
         list[str] | None,
         typer.Argument(
@@ -42,9 +43,11 @@ def help_cmd(
         ),
     ] = False,
 ) -> None:
-    """Show help for a command, or the whole command tree as JSON."""
+    """Show help for a command, or the whole command tree as JSON (also with -f json)."""
+    from triggerfish_cli.cli.context import state
     from triggerfish_cli.cli.reference import PROG, command_tree, root_command
 
+    as_json = as_json or state(ctx).fmt in ("json", "jsonl")
     node = root_command()
     path: list[str] = []
     for name in command or []:
