@@ -223,11 +223,19 @@ def test_every_help_ends_with_real_examples(cli: CliFn) -> None:
 def test_man_page_installs_with_the_package(tmp_path: Path) -> None:
     if shutil.which("man") is None:
         unavailable("man is not installed")
-    venv = tmp_path / "venv"
+    venv, source = tmp_path / "venv", tmp_path / "source"
+    # build from a copy: a build in the checkout would leave build/ behind in it
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "tests", "bench", "__pycache__"
+        ),
+    )
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     install = subprocess.run(
         [sys.executable, "-m", "pip", "--python", str(venv / "bin" / "python"), "install",
-         "-q", "--no-deps", str(ROOT)],
+         "-q", "--no-deps", str(source)],
         capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert install.returncode == 0, install.stderr
