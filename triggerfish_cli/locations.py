@@ -83,6 +83,7 @@ class _ReadOnlySqlite(SqliteStorage):
         self.busy_timeout_ms = busy_timeout_ms
         self.gate_mode = "refuse"  # read-only: it never writes
         self._gate = None
+        self._sizers = {}
         self._conn = None
         if not path.is_file():
             raise BackendUnavailableError(f"{path}: no store there")

@@ -75,15 +75,19 @@ class Pacing:
     #: Aim: hold the write lock at most this long per transaction (seconds):
     #: the live writers are paused meanwhile (the write gate's budget).
     max_lock: float = 0.02
-    #: Fixed rest after each transaction; None: :attr:`min_pause`.
+    #: Fixed rest after each transaction; None: :attr:`min_pause`, except on
+    #: SQLite, where the write gate rests after each freeze itself (1.5 times
+    #: as long as it paused the gateway) and nobody needs a rest otherwise.
     pause: float | None = None
-    #: Shortest rest (seconds). The write gate adds its own after a freeze.
+    #: Shortest rest (seconds) on backends without a write gate.
     min_pause: float = 0.03
     #: PASSIVE WAL checkpoint between batches (SQLite: the gate runs it).
     checkpoint: bool = True
-    #: Keep each batch's WAL frames under this (SQLite): the WAL is
-    #: checkpointed after each batch, so it never grows far past this.
-    wal_frames: int = 8000
+    #: Keep each batch's WAL frames under this (SQLite; 16 MiB of 4 KiB pages).
+    #: The gate's checkpoint starts the moment the gateway runs again and
+    #: holds SQLite's checkpoint lock before the gateway's next commit ends,
+    #: so that commit does not run an automatic checkpoint of our pages.
+    wal_frames: int = 4000
 
 
 def read_plan(
@@ -206,8 +210,12 @@ class _Pacer:
     """
 
     def __init__(self, pacing: Pacing, provider: StorageProvider) -> None:
+        from triggerfish_cli.storage.sqlite import SqliteStorage
+
         self.pacing = pacing
         self.size = max(1, min(pacing.batch_size, 200))
+        gated = isinstance(provider, SqliteStorage)
+        self.pause = pacing.pause if pacing.pause is not None else 0 if gated else pacing.min_pause
         self.checkpoint = _checkpointer(provider) if pacing.checkpoint else None
         self.per_record: float | None = None  # seconds of lock per record
         self.frames_per_record: float | None = None
@@ -223,8 +231,7 @@ class _Pacer:
             if self.frames_per_record:
                 limit = min(limit, pacing.wal_frames / self.frames_per_record)
             self.size = max(1, min(pacing.batch_size, int(limit), self.size * 2))
-        pause = pacing.min_pause if pacing.pause is None else pacing.pause
-        left = pause - (time.monotonic() - started)
+        left = self.pause - (time.monotonic() - started)
         if left > 0:
             time.sleep(left)
 
@@ -234,6 +241,7 @@ class _Pacer:
 
         if self.checkpoint is None or not isinstance(provider, SqliteStorage):
             return
+        provider.gate.settle()
         for _ in range(20):
             busy, frames, done = provider.checkpoint("PASSIVE")
             if not busy and frames == done:

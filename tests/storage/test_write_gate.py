@@ -32,7 +32,9 @@ from triggerfish_cli.storage.live_writers import (
     LsofTable,
     ProcessTable,
     live_writers,
+    lock_holders,
     shm_lock_holder,
+    store_files,
 )
 from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate, _Freeze
@@ -68,6 +70,16 @@ def test_live_writers_names_each_process_with_the_store_open(db: Path, tmp_path:
         assert found.start == TABLE.start_time(writer.pid)
         assert set(found.as_dict()) == {"pid", "command", "user", "may_signal", "why_not"}
     assert live_writers(db) == []
+
+
+def test_the_lock_table_shows_every_connection_of_a_wal_store(db: Path, tmp_path: Path) -> None:
+    """Used for processes whose descriptors we may not read (another user's, not root)."""
+    with gateway_writer.running(db, tmp_path) as writer:
+        holders = lock_holders(store_files(db))
+        assert holders is not None and writer.pid in holders
+    rollback = tmp_path / "rollback.db"
+    sqlite3.connect(rollback).execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT)")
+    assert lock_holders(store_files(rollback)) is None  # no -shm: cannot tell
 
 
 @pytest.mark.skipif(

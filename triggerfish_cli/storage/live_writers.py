@@ -71,15 +71,30 @@ class ProcessTable:
         return {int(name) for name in os.listdir("/proc") if name.isdigit()}
 
     def openers(self, pids: Sequence[int] | set[int], targets: Sequence[str]) -> list[int]:
+        """The processes among ``pids`` that have one of ``targets`` open.
+
+        Every descriptor of every process is read (1-2 ms for a busy machine,
+        before each write and never while anyone is paused). The descriptors
+        of another user's processes are not ours to read unless we are root:
+        for those the lock table (``/proc/locks``) tells whether they hold a
+        lock on the store's files, as every open connection to a WAL store
+        does on its -shm file. (That table is one small read, but the kernel
+        serialises it with every lock taken on the machine: it can take
+        milliseconds on a busy one, so it is not read when it is not needed.)
+        """
         wanted = set(targets)
         found = []
+        unreadable = []
         for pid in pids:
             if pid == self.me:
                 continue
             try:
                 fds = os.listdir(f"/proc/{pid}/fd")
+            except PermissionError:
+                unreadable.append(pid)
+                continue
             except OSError:
-                continue  # gone, or not ours to read (the -shm lock probe covers it)
+                continue  # gone
             for fd in fds:
                 try:
                     if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
@@ -87,7 +102,10 @@ class ProcessTable:
                         break
                 except OSError:
                     continue
-        return found
+        if unreadable:
+            holders = lock_holders(targets) or set()
+            found += [pid for pid in unreadable if pid in holders]
+        return sorted(found)
 
     def start_time(self, pid: int) -> int | None:
         fields = self._stat(f"/proc/{pid}/stat")
@@ -96,6 +114,13 @@ class ProcessTable:
     def state(self, pid: int) -> str | None:
         fields = self._stat(f"/proc/{pid}/stat")
         return fields[0] if fields else None
+
+    def status(self, pid: int) -> tuple[str | None, int | None]:
+        """(state, start time) of ``pid`` from one read; (None, None) when it is gone."""
+        fields = self._stat(f"/proc/{pid}/stat")
+        if not fields:
+            return None, None
+        return fields[0], int(fields[19]) if len(fields) > 19 else None
 
     def stopped(self, pid: int) -> bool:
         """Every thread of ``pid`` stopped (or gone)."""
@@ -145,6 +170,45 @@ class ProcessTable:
         return data[end + 2 :].decode("ascii", "replace").split() if end >= 0 else None
 
 
+def lock_holders(targets: Sequence[str]) -> set[int] | None:
+    """Pids holding a POSIX lock on the store's files, from ``/proc/locks`` (Linux).
+
+    None when that cannot tell who has the store open: no ``-shm`` file (the
+    store is not in WAL mode, or nobody has it open) or no ``/proc/locks``.
+    Locks of processes in other PID namespaces are not listed there (the -shm
+    probe of :func:`live_writers` finds those).
+    """
+    inodes = set()
+    for path in targets:
+        try:
+            info = os.stat(path)
+        except OSError:
+            if path.endswith("-shm"):
+                return None
+            continue
+        inodes.add((os.major(info.st_dev), os.minor(info.st_dev), info.st_ino))
+    try:
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    holders: set[int] = set()
+    for line in lines:
+        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 128 128" ("->" marks a waiter)
+        words = [word for word in line.split() if word != "->"]
+        if len(words) < 6 or words[1] != "POSIX":
+            continue
+        try:
+            major, minor, inode = words[5].split(":")
+            key = (int(major, 16), int(minor, 16), int(inode))
+            pid = int(words[4])
+        except ValueError:
+            continue
+        if key in inodes and pid > 0:
+            holders.add(pid)
+    return holders
+
+
 class LsofTable(ProcessTable):
     """Where there is no ``/proc`` (macOS, the BSDs): ``lsof`` and ``ps``."""
 
@@ -167,6 +231,9 @@ class LsofTable(ProcessTable):
     def state(self, pid: int) -> str | None:
         out = _run(["ps", "-o", "stat=", "-p", str(pid)]).strip()
         return out[:1] or None
+
+    def status(self, pid: int) -> tuple[str | None, int | None]:
+        return self.state(pid), self.start_time(pid)
 
     def stopped(self, pid: int) -> bool:
         state = self.state(pid)

@@ -122,6 +122,7 @@ class SqliteStorage(BaseStorage):
         #: freeze | refuse | ignore (write_gate.py); None: the operator's choice.
         self.gate_mode = mode_for(live_writers)
         self._gate: WriteGate | None = None
+        self._sizers: dict[str, BatchSizer] = {}
         self._conn: sqlite3.Connection | None = None
         self._conn = _open(self.path, create=create, busy_timeout_ms=busy_timeout_ms)
 
@@ -471,8 +472,12 @@ class SqliteStorage(BaseStorage):
         short by the gate's cap is tried again in halves).
         """
         done = 0
-        first = 100 if self.gate.will_freeze() else batch_size
-        sizer = BatchSizer(batch_size, budget=self.gate.budget, first=first)
+        sizer = self._sizers.get(sql)
+        if sizer is None:  # learnt once per statement: a sweep calls this once per batch
+            first = 100 if self.gate.will_freeze() else batch_size
+            sizer = self._sizers[sql] = BatchSizer(batch_size, budget=self.gate.budget, first=first)
+        sizer.most = max(1, batch_size)
+        sizer.size = min(sizer.size, sizer.most)
         pending: list[Sequence[str]] = []
         source = iter(rows)
         cuts = 0

@@ -117,6 +117,8 @@ class GateStats:
     watchdog_resumes: int = 0
     #: Transactions rolled back because they would have outlasted the cap.
     cut_short: int = 0
+    #: Seconds between BEGIN and the end of COMMIT, frozen transactions only.
+    held_seconds: float = 0.0
     writers: set[int] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
 
@@ -128,6 +130,7 @@ class GateStats:
             "frozen_seconds": round(self.frozen_seconds, 4),
             "longest_freeze_ms": round(self.longest_freeze * 1000, 1),
             "frozen_share": round(min(self.frozen_seconds / elapsed, 1.0), 4),
+            "held_seconds": round(self.held_seconds, 4),
             "busy_retries": self.busy_retries,
             "stop_timeouts": self.stop_timeouts,
             "watchdog_resumes": self.watchdog_resumes,
@@ -192,6 +195,77 @@ def signals_held() -> Iterator[None]:
             signal.raise_signal(number)
 
 
+class Checkpointer:
+    """PASSIVE WAL checkpoints in a thread of their own, one after each commit of ours.
+
+    PASSIVE never waits for and never blocks the gateway; run the moment the
+    paused writers run again, it takes SQLite's checkpoint lock before the
+    gateway's next commit would run an automatic checkpoint of our pages, and
+    it keeps the WAL short. Pokes while one runs are folded into the next.
+    """
+
+    def __init__(self, db: Path) -> None:
+        from urllib.parse import quote
+
+        self.uri = f"file:{quote(os.path.realpath(db))}?mode=rw"
+        self.last: tuple[int, int, int] = (0, 0, 0)
+        self._wake = threading.Condition()
+        self._pending = False
+        self._running = False
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="tfadmin-checkpoint", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        with self._wake:
+            self._pending = True
+            self._wake.notify_all()
+
+    def wait(self, timeout: float) -> None:
+        until = time.monotonic() + timeout
+        with self._wake:
+            while (self._pending or self._running) and not self._stop:
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                self._wake.wait(left)
+
+    def _run(self) -> None:
+        try:
+            conn = sqlite3.connect(self.uri, uri=True, isolation_level=None, timeout=0)
+        except sqlite3.Error:
+            conn = None
+        try:
+            while True:
+                with self._wake:
+                    while not self._pending and not self._stop:
+                        self._wake.wait()
+                    if self._stop:
+                        return
+                    self._pending, self._running = False, True
+                try:
+                    if conn is not None:
+                        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                        if row:
+                            self.last = (int(row[0]), int(row[1]), int(row[2]))
+                except sqlite3.Error:
+                    pass  # the next commit's checkpoint tries again
+                finally:
+                    with self._wake:
+                        self._running = False
+                        self._wake.notify_all()
+        finally:
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        self.wait(5.0)
+        with self._wake:
+            self._stop = True
+            self._wake.notify_all()
+        self._thread.join(timeout=10)
+
+
 class _Freeze:
     """One freeze: what we stopped, since when, and the cap of its transaction."""
 
@@ -216,7 +290,7 @@ class WriteGate:
         cap: float = 0.08,
         deadline: float = 0.3,
         stop_timeout: float = 0.05,
-        rest_ratio: float = 1.5,
+        rest_ratio: float = 2.5,
         min_rest: float = 0.01,
         patience: float | None = None,
     ) -> None:
@@ -239,8 +313,7 @@ class WriteGate:
         self._last_freeze = 0.0
         #: fsync the WAL after each commit (off for idempotent bulk jobs: a sweep).
         self.durable = True
-        #: The PASSIVE checkpoint after the last commit: (busy, WAL frames, checkpointed).
-        self.last_checkpoint: tuple[int, int, int] = (0, 0, 0)
+        self._checkpointer: Checkpointer | None = None
         self._wal_mode: bool | None = None
         #: Seconds the last transaction held the write lock, and whether it froze anyone.
         self.last_hold = 0.0
@@ -317,6 +390,7 @@ class WriteGate:
                         raise
                     finally:
                         self.last_hold, self.last_frozen = time.monotonic() - began, True
+                        self.stats.held_seconds += self.last_hold
                         self._thaw(freeze)
                     self._after_commit(conn)
                     return
@@ -391,9 +465,9 @@ class WriteGate:
         assert self.table is not None
         targets = []
         for writer in writers:
-            if writer.start and self.table.start_time(writer.pid) != writer.start:
+            state, start = self.table.status(writer.pid)
+            if writer.start and start != writer.start:
                 continue  # gone, or the pid now belongs to another process
-            state = self.table.state(writer.pid)
             if state is None or state in STOPPED or state in GONE:
                 continue  # gone, or stopped by someone else: theirs to resume, not ours
             targets.append(writer)
@@ -423,12 +497,17 @@ class WriteGate:
         return True
 
     def _late_openers(self, writers: Sequence[LiveWriter]) -> list[LiveWriter]:
-        """Processes started since the scan that have the store open (checked while frozen)."""
+        """Processes started since the scan that have the store open (checked while frozen:
+        a listing of /proc, and the descriptors of the new processes only)."""
         assert self.table is not None
-        new = self.table.pids() - self._known - {writer.pid for writer in writers}
+        known = {writer.pid for writer in writers} | {os.getpid()}
+        if self._watchdog is not None:
+            known.add(self._watchdog.pid)
+        candidates = self.table.pids() - self._known - known
+        new = set(self.table.openers(candidates, store_files(self.db))) if candidates else set()
         if not new:
             return []
-        late = [writer_of(self.table, pid) for pid in self.table.openers(new, store_files(self.db))]
+        late = [writer_of(self.table, pid) for pid in sorted(new)]
         if self._watchdog is not None:
             late = [writer for writer in late if writer.pid != self._watchdog.pid]
         if any(not writer.may_signal for writer in late):
@@ -513,7 +592,11 @@ class WriteGate:
             conn.execute("PRAGMA wal_autocheckpoint=0")
 
     def _after_commit(self, conn: sqlite3.Connection) -> None:
-        """With everyone running again: make the commit durable, keep the WAL short."""
+        """With everyone running again: make the commit durable, keep the WAL short.
+
+        The checkpoint runs beside us, on a connection and thread of its own
+        (:class:`Checkpointer`), while we rest or prepare the next batch.
+        """
         if not self._wal_mode:
             return
         if self.durable:
@@ -521,10 +604,19 @@ class WriteGate:
             if wal is not None:
                 with contextlib.suppress(OSError):
                     os.fsync(wal)
-        with contextlib.suppress(sqlite3.Error):
-            row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-            if row:
-                self.last_checkpoint = (int(row[0]), int(row[1]), int(row[2]))
+        if self._checkpointer is None:
+            self._checkpointer = Checkpointer(self.db)
+        self._checkpointer.poke()
+
+    @property
+    def last_checkpoint(self) -> tuple[int, int, int]:
+        """The newest checkpoint's ``(busy, WAL frames, frames checkpointed)``."""
+        return self._checkpointer.last if self._checkpointer is not None else (0, 0, 0)
+
+    def settle(self, timeout: float = 5.0) -> None:
+        """Wait for the checkpoint after the last commit to end."""
+        if self._checkpointer is not None:
+            self._checkpointer.wait(timeout)
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -568,6 +660,9 @@ class WriteGate:
         return self._wal_fd
 
     def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.close()
+            self._checkpointer = None
         if self._watchdog is not None:
             self._watchdog.close()
             self._watchdog = None
