@@ -240,6 +240,7 @@ def check_storage_section(section: Any, config_path: Path) -> None:
 OUR_SECTIONS: dict[str, str] = {
     "storage": "triggerfish_cli.settings:check_storage_section",
     "retention": "triggerfish_cli.retention:check_section",
+    "metrics": "triggerfish_cli.metrics:check_section",
 }
 
 

@@ -157,6 +157,9 @@ class BoundaryGroup(TyperGroup):
                 f"unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for details)",
                 1,
             )
+        metrics = sys.modules.get("triggerfish_cli.cli.metrics")
+        if metrics is not None:  # a job asked for --metrics-file: record how it ended
+            metrics.finish(code)
         if not standalone_mode:
             return code
         _flush()

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from triggerfish_cli.cli import metrics
 from triggerfish_cli.cli.backup_options import (
     ArchiveArg,
     Compression,
@@ -19,6 +20,7 @@ from triggerfish_cli.cli.backup_options import (
 )
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
 from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value, sub_app
 from triggerfish_cli.errors import NotFoundError, UsageError
 
@@ -76,6 +78,7 @@ def create_cmd(
     verify: Annotated[
         bool, typer.Option("--verify", help="Verify the new backup at once (as backup verify).")
     ] = False,
+    metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -90,6 +93,7 @@ def create_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
+    run = metrics.begin(ctx, "backup_create", metrics_file)
     dest = destination(to, endpoint_url, create=True)
     provider = st.provider()
     with out.progress("backing up") as bar:
@@ -103,9 +107,11 @@ def create_cmd(
             progress=bar,
         )
     document = created.as_dict()
+    metrics.backed_up(run, document)
     if verify:
         result = verify_in(dest, created.name)
         document["verified"] = result.as_dict()
+        metrics.backed_up(run, document)
         check([result])
     if out.fmt != "table":
         out.record(document)
@@ -143,6 +149,7 @@ def verify_cmd(
     source: FromOpt = None,
     endpoint_url: EndpointOpt = None,
     scratch: ScratchOpt = None,
+    metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -156,6 +163,7 @@ def verify_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
+    run = metrics.begin(ctx, "backup_verify", metrics_file)
     if all_:
         if file or latest:
             raise UsageError("--all verifies every backup: no FILE or --latest with it")
@@ -170,6 +178,7 @@ def verify_cmd(
     with out.progress("verifying") as bar:
         for name in names:
             results.append(verify_in(dest, name, scratch=scratch, progress=bar))
+    metrics.verified(run, results)
     show_verified(out, results)
     check(results)
 
@@ -284,6 +293,7 @@ def prune_cmd(
     endpoint_url: EndpointOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
+    metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -298,10 +308,12 @@ def prune_cmd(
     out = st.output(fmt_value(fmt), quiet or None)
     policy = KeepPolicy(keep_last, keep_daily, keep_weekly, keep_monthly)
     policy.check()
+    run = None if dry_run else metrics.begin(ctx, "backup_prune", metrics_file)
     dest = destination(source, endpoint_url)
     plan = plan_prune(dest.entries(), policy)
     deletes = plan.deletes
     if dry_run or not deletes:
+        metrics.pruned(run, 0, len(plan.decisions))
         show_plan(out, plan, dry_run=dry_run)
         return
     out.confirm(
@@ -309,4 +321,5 @@ def prune_cmd(
     )
     for decision in deletes:
         dest.delete(decision.entry.name)
+    metrics.pruned(run, len(deletes), len(plan.decisions) - len(deletes))
     show_plan(out, plan, dry_run=False)

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from triggerfish_cli.cli import metrics
 from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
@@ -91,6 +93,7 @@ def snapshot_cmd(
     reason: ReasonOpt = None,
     redact: RedactOpt = False,
     dry_run: DryRunOpt = False,
+    metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -99,9 +102,11 @@ def snapshot_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
+    run = None if dry_run else metrics.begin(ctx, "config_snapshot", metrics_file)
     result = config_versions.snapshot(
         _provider(st, out), st.config_path, reason=reason, redact=redact, dry_run=dry_run
     )
+    metrics.snapshotted(run, result.version, result.unchanged)
     for warning in result.warnings:
         out.warn(warning)
     path = st.config_path

@@ -60,6 +60,10 @@ class AppState:
         self._providers.append(provider)
         return provider
 
+    def opened(self) -> StorageProvider | None:
+        """The store this invocation opened, if it did."""
+        return self._providers[0] if self._providers else None
+
     def keep(self, provider: StorageProvider) -> StorageProvider:
         """Close ``provider`` (opened by the command) when the command ends, with the rest."""
         self._providers.append(provider)

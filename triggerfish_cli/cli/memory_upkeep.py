@@ -6,8 +6,10 @@ from typing import Annotated, Any
 
 import typer
 
+from triggerfish_cli.cli import metrics
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.memory import app, resolve_agent, warn_malformed
+from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     AgentOpt,
     AllAgentsOpt,
@@ -79,6 +81,7 @@ def reindex_cmd(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", "-n", help="Only report how the index differs from kv.")
     ] = False,
+    metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -93,12 +96,14 @@ def reindex_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
+    run = None if dry_run else metrics.begin(ctx, "memory_reindex", metrics_file)
     with out.progress("reindexing") as bar:
         drift = memory.reindex(
             st.provider(), taint=taint_level(taint), dry_run=dry_run, on_batch=bar.advance
         )
     document = drift.as_dict()
     document["dry_run"] = dry_run
+    metrics.reindexed(run, document)
     if out.fmt != "table":
         out.record(document)
         return

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from triggerfish_cli.cli import metrics
 from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
@@ -210,6 +212,7 @@ def sweep_cmd(
         ),
     ] = None,
     as_of: AsOfOpt = None,
+    metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -236,6 +239,7 @@ def sweep_cmd(
         show_plan(out, read_plan(provider, policies, now, only=only), list_keys=False)
         return
     pacing = Pacing(batch_size=batch_size, pause=pause)
+    run = metrics.begin(ctx, "retention_sweep", metrics_file)
     with _sigterm_interrupts(), sweep_lock(provider, wait):
         plan = read_plan(provider, policies, now, only=only)
         check_limit(plan, max_delete)
@@ -250,4 +254,6 @@ def sweep_cmd(
             )
         with out.progress("sweeping", total=plan.deletes + plan.trims) as bar:
             result = apply_plan(provider, plan, pacing=pacing, on_progress=bar.advance)
-    report(out, result.as_dict())
+    summary = result.as_dict()
+    metrics.swept(run, summary)
+    report(out, summary)
