@@ -197,7 +197,7 @@ def sweep_cmd(
             min=1,
             metavar="N",
             help="Most records per write transaction (fewer when each would hold the "
-            "write lock over 60 ms).",
+            "write lock, and keep the gateway paused, over 20 ms).",
         ),
     ] = 5000,
     pause: Annotated[
@@ -206,8 +206,8 @@ def sweep_cmd(
             "--pause",
             min=0,
             metavar="SECONDS",
-            help="Rest after each transaction (default: long enough for a waiting "
-            "writer's next try, at least 0.03).",
+            help="Rest after each transaction (default on SQLite: the write gate's, 2.5 "
+            "times as long as it paused the gateway; elsewhere 0.03).",
             show_default=False,
         ),
     ] = None,

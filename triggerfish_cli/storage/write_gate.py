@@ -119,6 +119,9 @@ class GateStats:
     cut_short: int = 0
     #: Seconds between BEGIN and the end of COMMIT, frozen transactions only.
     held_seconds: float = 0.0
+    #: --live-writers ignore: seconds we held the write lock while live writers had
+    #: the store open, unpaused (their writes could fail in that window).
+    exposed_seconds: float = 0.0
     writers: set[int] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
 
@@ -131,6 +134,7 @@ class GateStats:
             "longest_freeze_ms": round(self.longest_freeze * 1000, 1),
             "frozen_share": round(min(self.frozen_seconds / elapsed, 1.0), 4),
             "held_seconds": round(self.held_seconds, 4),
+            "exposed_seconds": round(self.exposed_seconds, 4),
             "busy_retries": self.busy_retries,
             "stop_timeouts": self.stop_timeouts,
             "watchdog_resumes": self.watchdog_resumes,
@@ -370,7 +374,10 @@ class WriteGate:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` with every live writer stopped meanwhile."""
         self.stats.transactions += 1
         self.prepare(conn)
-        writers = [] if self.mode == "ignore" else self.writers()
+        writers = self.writers()
+        exposed = self.mode == "ignore" and bool(writers)
+        if self.mode == "ignore":
+            writers = []
         self.refuse_if_needed(writers)
         give_up = time.monotonic() + self.patience
         backoff = 0.002
@@ -416,6 +423,8 @@ class WriteGate:
             raise
         finally:
             self.last_hold, self.last_frozen = time.monotonic() - began, False
+            if exposed:
+                self.stats.exposed_seconds += self.last_hold
         self._after_commit(conn)
 
     def _rest(self) -> None:
