@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import IO, Any
 
 from triggerfish_cli import audit, namespaces
+from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
 from triggerfish_cli.serialization import dumps, fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
@@ -113,11 +114,104 @@ def totals(rows: Iterable[NamespaceRow]) -> PrefixStats:
 # -- single keys ----------------------------------------------------------------
 
 
-def get_value(provider: StorageProvider, key: str) -> str:
+def get_value(provider: StorageProvider, key: str, *, taint: Level | None = None) -> str:
+    """One raw value; a memory row is refused above a set taint, audited above PUBLIC."""
+    reads = RawReads(taint)
+    if not reads.admit(key):
+        raise RefusedError(
+            f"{key}: a memory row above the taint {reads.taint_name} "
+            f"(level {_level_name(key)}); the raw view honours --taint / TRIGGERFISH_TAINT",
+            hint="unset the taint for the raw view (it is audited), or use `memory get`",
+        )
     value = provider.get(key)
     if value is None:
         raise NotFoundError(f"key not found: {key}")
+    reads.audit(provider, "kv get", key)
     return value
+
+
+# -- the raw view of memory rows --------------------------------------------------
+
+
+def _level_name(key: str) -> str:
+    from triggerfish_cli.memory import split_key
+
+    parts = split_key(key)
+    return parts[1].name if parts is not None else "unknown"
+
+
+#: Keys named in a raw read's audit record (the count is always complete).
+AUDIT_KEYS = 200
+
+
+class RawReads:
+    """Memory rows the raw view (``kv get/list/export``) is about to show.
+
+    The raw view is the operator's ``sqlite3``: it shows every row. But a
+    taint set with ``--taint`` or ``TRIGGERFISH_TAINT`` is honoured, never
+    silently ignored: memory rows above it are left out (``get`` refuses
+    them). And memory rows above PUBLIC that it does show leave an audit
+    record, like memory reads at a taint above PUBLIC: the keys and counts
+    per level, never content.
+    """
+
+    def __init__(self, taint: Level | None) -> None:
+        self.taint = taint
+        self.keys: list[str] = []
+        self.levels: dict[str, int] = {}
+        self.count = 0
+
+    @property
+    def taint_name(self) -> str:
+        return self.taint.name if self.taint is not None else "(none)"
+
+    def admit(self, key: str) -> bool:
+        """Whether ``key`` may be shown; note it when it is a memory row above PUBLIC."""
+        if not key.startswith(MEMORY_PREFIX):
+            return True
+        from triggerfish_cli.classification import Level as Levels
+        from triggerfish_cli.memory import may_name, split_key
+
+        if self.taint is not None and not may_name(key, self.taint):
+            return False
+        parts = split_key(key)
+        if parts is None or parts[1] > Levels.PUBLIC:
+            name = parts[1].name if parts is not None else "unknown"
+            self.levels[name] = self.levels.get(name, 0) + 1
+            self.count += 1
+            if len(self.keys) < AUDIT_KEYS:
+                self.keys.append(key)
+        return True
+
+    def audit(self, provider: StorageProvider, command: str, target: str) -> None:
+        """The audit record of the rows shown above PUBLIC (none: nothing to record)."""
+        if not self.count:
+            return
+        details: dict[str, Any] = {"command": command, "keys": self.keys}
+        if self.taint is not None:
+            details["taint"] = self.taint.name
+        if self.count > len(self.keys):
+            details["more_keys"] = self.count - len(self.keys)
+        audit.record(
+            provider,
+            "kv_raw_read",
+            target=target,
+            counts={"memory_rows": self.count, **dict(sorted(self.levels.items()))},
+            details=details,
+        )
+
+
+def raw_rows(rows: Iterable[tuple[str, str]], reads: RawReads) -> Iterator[tuple[str, str]]:
+    """``rows`` less the memory rows above a set taint, noting the others in ``reads``."""
+    for key, value in rows:
+        if reads.admit(key):
+            yield key, value
+
+
+def raw_keys(keys: Iterable[str], reads: RawReads) -> Iterator[str]:
+    for key in keys:
+        if reads.admit(key):
+            yield key
 
 
 def check_json(value: str, origin: str) -> None:
@@ -266,9 +360,12 @@ def clear_store(provider: StorageProvider) -> int:
 # -- export / import -----------------------------------------------------------
 
 
-def export_lines(provider: StorageProvider, prefix: str | None = None) -> Iterator[str]:
+def export_lines(
+    provider: StorageProvider, prefix: str | None = None, reads: RawReads | None = None
+) -> Iterator[str]:
     """JSON Lines, one ``{"key": ..., "value": ...}`` per key, value exactly as stored."""
-    for key, value in provider.scan(prefix, batch_size=2000):
+    rows = provider.scan(prefix, batch_size=2000)
+    for key, value in rows if reads is None else raw_rows(rows, reads):
         yield dumps({"key": key, "value": value}) + "\n"
 
 

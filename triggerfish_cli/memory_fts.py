@@ -38,7 +38,6 @@ from triggerfish_cli.memory import (
     agent_prefix,
     parse_record,
     split_key,
-    storage_key,
     visible_levels,
 )
 from triggerfish_cli.memory_index import (
@@ -51,9 +50,12 @@ from triggerfish_cli.memory_index import (
     SearchRequest,
     SearchResult,
     accept_rows,
+    column_sizes,
     fts_query,
     fts_string,
     has_tokens,
+    level_match,
+    rank_score,
 )
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
@@ -77,6 +79,10 @@ UPSERT_META = (
 DELETE_META = "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?"
 
 REPAIR_BATCH = 500
+
+#: bm25 weights (agent_id, classification, key, content, tags) that isolate one
+#: searched column each: key, content, tags.
+COLUMN_WEIGHTS = ("0, 0, 1, 0, 0", "0, 0, 0, 1, 0", "0, 0, 0, 0, 1")
 
 #: (agent_id, classification, key) of an index row
 Triple = tuple[str, str, str]
@@ -131,6 +137,9 @@ class Fts5Index:
         }
         self.present = names == {"memory_fts", "memory_meta"}
         self.kind = "sqlite-fts5" if self.present else "scan"
+        self._docsize = self.present and bool(
+            conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_fts_docsize'").fetchone()
+        )
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -170,10 +179,21 @@ class Fts5Index:
     # -- search ---------------------------------------------------------------------
 
     def search(self, request: SearchRequest) -> SearchResult:
+        """Hits at the taint, ranked from the matching rows alone (see ``rank_score``).
+
+        The level filter is part of the MATCH expression (the gateway indexes
+        ``classification`` as a full-text column), so FTS5 itself drops the
+        rows above the taint while it intersects its doclists: they are never
+        read from the table, scored or sorted. Every visible match is scored
+        from its own row (which of key, content and tags it matches, and
+        their lengths in tokens), never from statistics over the whole
+        table, and ties go by storage key: the result is a function of the
+        visible rows alone.
+        """
         if not self.present:
             assert self.storage is not None
             return ScanIndex(self.storage).search(request)
-        match = fts_query(request.text, request.raw)
+        match = level_match(fts_query(request.text, request.raw), request.taint)
         levels = visible_levels(request.taint)
         where = [f"classification IN ({','.join('?' * len(levels))})"]
         params: list[Any] = [match, *(level.name for level in levels)]
@@ -183,43 +203,71 @@ class Fts5Index:
         if request.tag is not None:
             where.append("instr(' ' || tags || ' ', ?) > 0")  # necessary; checked exactly below
             params.append(f" {request.tag} ")
+        sizes = "(SELECT sz FROM memory_fts_docsize WHERE id = memory_fts.rowid)"
+        # Which of key, content and tags the row matches: bm25 with the weight of one
+        # column only is below zero exactly when a matched phrase occurs there (its
+        # corpus statistics only scale it; they are never used).
         sql = (
-            "SELECT rowid, agent_id, classification, key, rank, "
-            f"snippet(memory_fts, 3, '{HIGHLIGHT_START}', '{HIGHLIGHT_END}', '…', "
-            f"{SNIPPET_TOKENS}), "
-            "(SELECT record_json FROM memory_meta m WHERE m.agent_id = memory_fts.agent_id "
-            "AND m.classification = memory_fts.classification AND m.key = memory_fts.key) "
-            f"FROM memory_fts WHERE memory_fts MATCH ? AND {' AND '.join(where)} ORDER BY rank"
+            "SELECT rowid, agent_id, classification, key, "
+            + ", ".join(f"bm25(memory_fts, {weights}) < 0" for weights in COLUMN_WEIGHTS)
+            + f", {sizes if self._docsize else 'NULL'} "
+            f"FROM memory_fts WHERE memory_fts MATCH ? AND {' AND '.join(where)}"
         )
+        scores: dict[tuple[int, int, int, bytes | None], float] = {}
+
+        def score(shape: tuple[int, int, int, bytes | None]) -> float:
+            """Negated (the best sorts first); rows alike share one computation."""
+            found = scores.get(shape)
+            if found is None:
+                found = scores[shape] = -rank_score(shape[:3], column_sizes(shape[3], (2, 3, 4)))
+            return found
+
+        with self._errors("search", request.text):
+            candidates = [
+                (score((k, c, t, sz)), f"{PREFIX}{agent}:{level}:{key}", rowid, agent, level, key)
+                for rowid, agent, level, key, k, c, t, sz in self.conn.execute(sql, params)
+            ]
+        candidates.sort(key=lambda row: (row[0], row[1], row[2]))
         result = SearchResult(self.kind)
         seen: set[str] = set()
+        start, batch = 0, request.limit
         with self._errors("search", request.text):
-            cursor = self.conn.execute(sql, params)
-            try:
-                batch = request.limit
-                while len(result.hits) < request.limit:
-                    rows = cursor.fetchmany(batch)
-                    if not rows:
-                        break
-                    self._accept(rows, request, levels, result, seen)
-                    batch = min(batch * 2, 256)
-            finally:
-                cursor.close()
+            while len(result.hits) < request.limit and start < len(candidates):
+                chunk = candidates[start : start + batch]
+                start += len(chunk)
+                self._accept(chunk, match, request, levels, result, seen)
+                batch = min(batch * 2, 256)
         return result
 
     def _accept(
         self,
-        rows: list[tuple[Any, ...]],
+        chunk: list[tuple[Any, ...]],
+        match: str,
         request: SearchRequest,
         levels: tuple[Level, ...],
         result: SearchResult,
         seen: set[str],
     ) -> None:
         """Keep the rows whose kv record is the live, visible top version."""
+        rowids = [row[2] for row in chunk]
+        marks = ",".join("?" * len(rowids))
+        extras = {
+            rowid: (meta, snippet)
+            for rowid, meta, snippet in self.conn.execute(
+                "SELECT rowid, (SELECT record_json FROM memory_meta m "
+                "WHERE m.agent_id = memory_fts.agent_id "
+                "AND m.classification = memory_fts.classification AND m.key = memory_fts.key), "
+                f"snippet(memory_fts, 3, '{HIGHLIGHT_START}', '{HIGHLIGHT_END}', '…', "
+                f"{SNIPPET_TOKENS}) "
+                f"FROM memory_fts WHERE memory_fts MATCH ? AND rowid IN ({marks})",
+                [match, *rowids],
+            )
+        }
         checked: list[IndexRow] = [
-            (storage_key(agent, Level[level], key), agent, level, key, meta, -float(rank), marked)
-            for _rowid, agent, level, key, rank, marked, meta in rows
-        ]
+            (skey, agent, level, key, *extras.get(rowid, (None, None))[:1], -score,
+             extras.get(rowid, (None, None))[1])
+            for score, skey, rowid, agent, level, key in chunk
+        ]  # fmt: skip
         accept_rows(checked, self._kv, request, levels, result, seen)
 
     # -- writes ---------------------------------------------------------------------
@@ -394,7 +442,7 @@ class Fts5Index:
             with self._transaction("create the memory index tables") as conn:
                 conn.execute(MEMORY_FTS_SQL)
                 conn.execute(MEMORY_META_SQL)
-            self.present, self.kind = True, "sqlite-fts5"
+            self.present, self.kind, self._docsize = True, "sqlite-fts5", True
         drift, fix, had_rows = self._survey(levels, None)
         # The rows are derived from kv: a power cut loses at most the last
         # batches of index rows (drift the next reindex repairs), never kv.

@@ -258,6 +258,63 @@ def fts_query(text: str, raw: bool) -> str:
     return f"{SEARCHED_COLUMNS} : ({' '.join(fts_string(word) for word in words)})"
 
 
+def level_match(match: str, taint: Level) -> str:
+    """``match`` restricted to the visible levels inside the full-text index itself.
+
+    The gateway indexes ``classification`` as a full-text column, so FTS5
+    can drop the rows above the taint while it intersects its doclists: they
+    are never read from the table, scored or sorted (the SQL level filter
+    stays, exact). At RESTRICTED every level is visible: nothing to add.
+    """
+    levels = [level for level in Level if level <= taint]
+    if len(levels) == len(Level):
+        return match
+    names = " OR ".join(fts_string(level.name) for level in levels)
+    return f"({match}) AND {{classification}} : ({names})"
+
+
+#: BM25's constants, and the fixed column length that stands in for its corpus average.
+K1, B, REFERENCE_LENGTH = 1.2, 0.75, 16.0
+
+
+def rank_score(matched: Sequence[int], lengths: Sequence[int | None]) -> float:
+    """A row's score from the row alone: higher is better.
+
+    bm25 as FTS5 computes it weighs each term by statistics over every row
+    of the index (how many rows hold it, their average length), rows above
+    the taint included, so a visible memory's score and order would depend
+    on hidden ones. This keeps bm25's shape with neither statistic: per
+    searched column (key, content, tags) that the query matches, bm25's
+    term weight for one occurrence with length normalisation against a
+    fixed reference length instead of the corpus average, and no IDF.
+    ``matched`` says per column whether it matches (0 or 1), ``lengths``
+    its token count (None: unknown, the reference).
+    """
+    score = 0.0
+    for hit, length in zip(matched, lengths, strict=True):
+        if hit:
+            size = REFERENCE_LENGTH if length is None else float(length)
+            score += (K1 + 1) / (1 + K1 * (1 - B + B * size / REFERENCE_LENGTH))
+    return score
+
+
+def column_sizes(blob: bytes | None, columns: Sequence[int]) -> list[int | None]:
+    """Token counts of ``columns`` from an FTS5 ``_docsize`` blob (SQLite varints)."""
+    if not blob:
+        return [None] * len(columns)
+    sizes: list[int] = []
+    value, index = 0, 0
+    data = bytes(blob)
+    while index < len(data):
+        byte = data[index]
+        index += 1
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            sizes.append(value)
+            value = 0
+    return [sizes[col] if col < len(sizes) else None for col in columns]
+
+
 def split_snippet(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
     """Remove the highlight markers; return the text and the highlighted spans."""
     text: list[str] = []
@@ -361,9 +418,23 @@ class ScanIndex:
         self.provider = provider
 
     def search(self, request: SearchRequest) -> SearchResult:
+        """The RAM index holds the visible levels only: hidden rows are never read.
+
+        Keys are listed first and only the values at visible levels (of the
+        agent asked for) are fetched, so what lies above the taint is neither
+        read nor indexed; scores come from each row alone (``rank_score``).
+        """
+        from triggerfish_cli.memory import agent_prefix, split_key, visible_levels
         from triggerfish_cli.memory_fts import Fts5Index, in_memory_copy
 
-        index = Fts5Index(in_memory_copy(self.provider.scan(PREFIX, batch_size=2000)))
+        levels = set(visible_levels(request.taint))
+        keys = [
+            skey
+            for skey in self.provider.scan_keys(agent_prefix(request.agent), batch_size=2000)
+            if (parts := split_key(skey)) is not None and parts[1] in levels
+        ]
+        values = self.provider.get_many(keys)
+        index = Fts5Index(in_memory_copy((key, values[key]) for key in keys if key in values))
         try:
             result = index.search(request)
         finally:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, Any
 
 import typer
 
@@ -30,6 +30,39 @@ app = sub_app(
 Key = Annotated[
     str, typer.Argument(help="The exact key, e.g. sessions:<uuid>.", show_default=False)
 ]
+
+
+def _check_raw_taint(value: str | None) -> str | None:
+    from triggerfish_cli.classification import parse_level
+
+    if value is not None:
+        try:
+            parse_level(value)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+    return value
+
+
+RawTaintOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--taint",
+        "-t",
+        envvar="TRIGGERFISH_TAINT",
+        callback=_check_raw_taint,
+        metavar="LEVEL",
+        show_default=False,
+        help="Leave out memory rows above this level (get refuses them). Unset: the raw "
+        "view shows every row; memory rows above PUBLIC it shows are audited (keys only).",
+    ),
+]
+
+
+def _raw_reads(taint: str | None) -> Any:
+    from triggerfish_cli.classification import parse_level
+    from triggerfish_cli.kv import RawReads
+
+    return RawReads(parse_level(taint) if taint is not None else None)
 
 
 @app.command("namespaces")
@@ -101,12 +134,13 @@ def list_cmd(
     keys_only: Annotated[
         bool, typer.Option("--keys-only", "-k", help="Print keys only, one per line.")
     ] = False,
+    taint: RawTaintOpt = None,
     fmt: FormatOpt = None,
 ) -> None:
     """Keys under a prefix, in binary key order, with their value sizes."""
     from itertools import islice
 
-    from triggerfish_cli import namespaces
+    from triggerfish_cli import kv, namespaces
     from triggerfish_cli.cli.output import Column, json_text
     from triggerfish_cli.storage.provider import value_size
 
@@ -123,8 +157,9 @@ def list_cmd(
         prefix = found.prefix
     provider = st.provider()
     stop = limit or None
+    reads = _raw_reads(taint)
     if keys_only:
-        keys = islice(provider.scan_keys(prefix), stop)
+        keys = islice(kv.raw_keys(provider.scan_keys(prefix), reads), stop)
         if out.fmt in ("table", "csv"):
             for key in keys:
                 out.line(key, wrap=False)
@@ -133,17 +168,18 @@ def list_cmd(
                 out.line(json_text(key))
         else:
             out.line(json_text(list(keys)))
-        return
-    rows = (
-        {"key": key, "namespace": namespaces.group_of(key), "bytes": value_size(value)}
-        for key, value in islice(provider.scan(prefix), stop)
-    )
-    columns = [
-        Column("key", "key"),
-        Column("bytes", "bytes", "right"),
-        Column("namespace", "namespace", wide=True),
-    ]
-    out.rows(rows, columns, empty="no keys")
+    else:
+        rows = (
+            {"key": key, "namespace": namespaces.group_of(key), "bytes": value_size(value)}
+            for key, value in islice(kv.raw_rows(provider.scan(prefix), reads), stop)
+        )
+        columns = [
+            Column("key", "key"),
+            Column("bytes", "bytes", "right"),
+            Column("namespace", "namespace", wide=True),
+        ]
+        out.rows(rows, columns, empty="no keys")
+    reads.audit(provider, "kv list", prefix or "")
 
 
 @app.command("get")
@@ -153,6 +189,7 @@ def get_cmd(
     raw: Annotated[
         bool, typer.Option("--raw", "-r", help="Exact stored bytes, no newline added.")
     ] = False,
+    taint: RawTaintOpt = None,
     fmt: FormatOpt = None,
 ) -> None:
     """One value: pretty JSON on a TTY, exact bytes with --raw or when piped.
@@ -161,9 +198,11 @@ def get_cmd(
     --raw always gives the exact bytes, whatever the format.
     """
     from triggerfish_cli import kv
+    from triggerfish_cli.classification import parse_level
 
     st = state(ctx)
-    value = kv.get_value(st.provider(), key)
+    level = parse_level(taint) if taint is not None else None
+    value = kv.get_value(st.provider(), key, taint=level)
     out = st.output(fmt_value(fmt))
     if raw:
         out.write(value)
@@ -376,6 +415,7 @@ def export_cmd(
             dir_okay=False,
         ),
     ] = None,
+    taint: RawTaintOpt = None,
     fmt: FormatOpt = None,
 ) -> None:
     """Every key and value as JSON Lines: {"key": ..., "value": ...}, value exactly as stored.
@@ -389,21 +429,31 @@ def export_cmd(
 
     st = state(ctx)
     chosen = fmt_value(fmt) or st.fmt
+    provider = st.provider()
+    reads = _raw_reads(taint)
 
     def write(handle: IO[str]) -> None:
         if chosen in ("table", "jsonl"):
-            for line in kv.export_lines(st.provider(), prefix):
+            for line in kv.export_lines(provider, prefix, reads):
                 handle.write(line)
             return
         out = Output(chosen, stdout=handle)
-        rows = ({"key": k, "value": v} for k, v in st.provider().scan(prefix, batch_size=2000))
+        rows = (
+            {"key": k, "value": v}
+            for k, v in kv.raw_rows(provider.scan(prefix, batch_size=2000), reads)
+        )
         out.rows(rows, [Column("key", "key"), Column("value", "value")])
 
     if output is None:
         write(sys.stdout)
-        return
-    with atomic_writer(output) as handle:
-        write(handle)
+    else:
+        with atomic_writer(output, mode=EXPORT_MODE, keep_mode=False) as handle:
+            write(handle)
+    reads.audit(provider, "kv export", prefix or "")
+
+
+#: An export holds store data: owner only, like the store and its backups.
+EXPORT_MODE = 0o600
 
 
 @app.command("import")

@@ -1,0 +1,267 @@
+"""The taint rule, whole: what a session at level L sees is a function of the records at or below L.
+
+Hits, their order, scores, snippets and highlights, counts and errors of
+``search``, and the answers of ``list``, ``get``, ``history`` and ``stats``
+must be identical on a store and on that store plus any set of records above
+L (issue 15: bm25's corpus statistics made a PUBLIC memory's score, and the
+order of two tied PUBLIC hits, depend on RESTRICTED rows). Checked on SQLite
+with the gateway's FTS5 index, on SQLite without it (the in-RAM index), on S3
+and on Postgres (our tsvector table).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.helpers.gateway import memory_record, write_gateway_store
+from triggerfish_cli import memory, memory_upkeep
+from triggerfish_cli.classification import Level
+from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.storage.sqlite import SqliteStorage
+
+AGENTS = ("main-session", "scheduler-slack-1712000000000")
+KEYS = ("name", "plan", "trigger:city", "deploy-notes")
+WORDS = ("deploy", "stack", "alice", "tea", "oslo", "merger")
+QUERIES = ("deploy", "stack", "deploy stack", "alice tea", "oslo", "merger deploy", "absent")
+RAW_QUERIES = ("deploy OR tea", "stack*", "alice NOT tea")
+
+content = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
+tags = st.lists(st.sampled_from(("work", "deploy")), unique=True)
+record = st.tuples(content, tags, st.booleans())
+
+
+def _rows(spec: dict[tuple[str, Level, str], tuple[str, list[str], bool]]) -> dict[str, str]:
+    return {
+        memory.storage_key(agent, level, key): memory_record(
+            key, level.name, text, agent=agent, tags=tags, expired=expired
+        )
+        for (agent, level, key), (text, tags, expired) in spec.items()
+    }
+
+
+@st.composite
+def stores(draw: Any) -> tuple[Level, dict[str, str], dict[str, str]]:
+    """A taint, the records at or below it, and records above it (maybe none)."""
+    taint = draw(st.sampled_from([Level.PUBLIC, Level.INTERNAL, Level.CONFIDENTIAL]))
+    low = [level for level in Level if level <= taint]
+    high = [level for level in Level if level > taint]
+    visible = draw(
+        st.dictionaries(
+            st.tuples(st.sampled_from(AGENTS), st.sampled_from(low), st.sampled_from(KEYS)),
+            record,
+            max_size=12,
+        )
+    )
+    hidden = draw(
+        st.dictionaries(
+            st.tuples(st.sampled_from(AGENTS), st.sampled_from(high), st.sampled_from(KEYS)),
+            record,
+            min_size=1,
+            max_size=12,
+        )
+    )
+    return taint, _rows(visible), _rows(hidden)
+
+
+def observe(provider: Any, taint: Level) -> dict[str, Any]:
+    """Everything a reader at ``taint`` can learn (audit records aside)."""
+    seen: dict[str, Any] = {}
+
+    def attempt(name: str, work: Callable[..., Any], *args: Any) -> None:
+        try:
+            seen[name] = work(*args)
+        except TriggerfishError as exc:
+            seen[name] = (type(exc).__name__, str(exc))
+
+    def hits(text: str, raw: bool, agent: str | None, limit: int) -> Any:
+        result = memory.search(provider, text, taint=taint, agent=agent, raw=raw, limit=limit)
+        return ([h.as_dict() for h in result.hits], result.stale, result.malformed)
+
+    def get(agent: str, key: str) -> Any:
+        found = memory.get_memory(provider, key, taint=taint, agent=agent)
+        shadowed = [r.as_dict() for r in found.shadowed]
+        return found.record.as_dict() if found.record else None, shadowed
+
+    def history(key: str) -> Any:
+        return [v.as_dict() for v in memory.history(provider, key, taint=taint, agent=None)]
+
+    def listing(agent: str | None, limit: int) -> Any:
+        found = memory.list_memories(provider, taint=taint, agent=agent, limit=limit)
+        return [r.as_dict() for r in found.records]
+
+    for text in QUERIES:
+        for agent in (None, AGENTS[0]):
+            attempt(f"search {text} {agent}", hits, text, False, agent, 3)
+            attempt(f"search {text} {agent} all", hits, text, False, agent, 50)
+    if provider.backend != "postgres":  # FTS5 syntax (Postgres has to_tsquery's)
+        for text in RAW_QUERIES:
+            attempt(f"raw {text}", hits, text, True, None, 50)
+    for agent in AGENTS:
+        for key in KEYS:
+            attempt(f"get {agent} {key}", get, agent, key)
+    for key in KEYS:
+        attempt(f"history {key}", history, key)
+    attempt("list", listing, None, 0)
+    attempt("list 2", listing, AGENTS[0], 2)
+    attempt("stats", lambda: memory_upkeep.stats(provider, taint=taint).as_dict())
+    return seen
+
+
+SETTINGS = settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
+
+
+def _indexed(rows: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
+    out = []
+    for skey in rows:
+        parts = memory.split_key(skey)
+        assert parts is not None
+        out.append((parts[0], parts[1].name, parts[2]))
+    return tuple(out)
+
+
+def interleaved(low: dict[str, str], high: dict[str, str]) -> dict[str, str]:
+    """Hidden rows written before and between the visible ones (rowids shift)."""
+    out: dict[str, str] = {}
+    lows, highs = list(low.items()), list(high.items())
+    while lows or highs:
+        if highs:
+            out.__setitem__(*highs.pop())
+        if lows:
+            out.__setitem__(*lows.pop(0))
+    return out
+
+
+@SETTINGS
+@given(stores())
+def test_sqlite_fts5_output_ignores_records_above_the_taint(
+    case: tuple[Level, dict[str, str], dict[str, str]],
+) -> None:
+    taint, low, high = case
+    with tempfile.TemporaryDirectory() as tmp:
+        full_rows = interleaved(low, high)
+        a = SqliteStorage(write_gateway_store(Path(tmp) / "a.db", low, _indexed(low)))
+        b = SqliteStorage(write_gateway_store(Path(tmp) / "b.db", full_rows, _indexed(full_rows)))
+        try:
+            assert observe(b, taint) == observe(a, taint)
+        finally:
+            a.close()
+            b.close()
+
+
+@SETTINGS
+@given(stores())
+def test_sqlite_without_index_output_ignores_records_above_the_taint(
+    case: tuple[Level, dict[str, str], dict[str, str]],
+) -> None:
+    taint, low, high = case
+    with tempfile.TemporaryDirectory() as tmp:
+        stores_ = []
+        for name, rows in (("a.db", low), ("b.db", interleaved(low, high))):
+            path = Path(tmp) / name
+            provider = SqliteStorage(path, create=True)
+            provider.set_many(rows.items())
+            assert "memory_fts" not in provider.tables()
+            stores_.append(provider)
+        try:
+            assert observe(stores_[1], taint) == observe(stores_[0], taint)
+        finally:
+            for provider in stores_:
+                provider.close()
+
+
+@pytest.fixture
+def s3_pair(s3: Any) -> Iterator[Callable[[], tuple[Any, Any]]]:
+    from triggerfish_cli.storage.s3 import S3Storage
+
+    opened: list[Any] = []
+
+    def make() -> tuple[Any, Any]:
+        pair = tuple(
+            S3Storage(s3.new_bucket(), "tf/", endpoint_url=s3.endpoint_url, region=s3.region)
+            for _ in range(2)
+        )
+        opened.extend(pair)
+        return pair  # type: ignore[return-value]
+
+    yield make
+    for provider in opened:
+        provider.close()
+
+
+@settings(SETTINGS, max_examples=10)
+@given(case=stores())
+def test_s3_output_ignores_records_above_the_taint(
+    s3_pair: Callable[[], tuple[Any, Any]], case: tuple[Level, dict[str, str], dict[str, str]]
+) -> None:
+    taint, low, high = case
+    a, b = s3_pair()
+    a.set_many(low.items())
+    b.set_many({**low, **high}.items())
+    assert observe(b, taint) == observe(a, taint)
+
+
+@pytest.fixture
+def pg_pair(postgres: Any) -> Iterator[Callable[[], tuple[Any, Any]]]:
+    from triggerfish_cli.storage.postgres import PostgresStorage
+
+    schemas: list[str] = []
+    opened: list[Any] = []
+
+    def make() -> tuple[Any, Any]:
+        pair = []
+        for _ in range(2):
+            schema = postgres.new_schema()
+            schemas.append(schema)
+            pair.append(PostgresStorage(postgres.dsn, schema=schema, create=True))
+        opened.extend(pair)
+        return pair[0], pair[1]
+
+    yield make
+    for provider in opened:
+        provider.close()
+    for schema in schemas:
+        postgres.drop_schema(schema)
+
+
+@settings(SETTINGS, max_examples=10)
+@given(case=stores())
+def test_postgres_output_ignores_records_above_the_taint(
+    pg_pair: Callable[[], tuple[Any, Any]], case: tuple[Level, dict[str, str], dict[str, str]]
+) -> None:
+    taint, low, high = case
+    a, b = pg_pair()
+    for provider, rows in ((a, low), (b, interleaved(low, high))):
+        provider.set_many(rows.items())
+        memory_upkeep.reindex(provider, taint=Level.RESTRICTED)  # our tsvector table
+    assert observe(b, taint) == observe(a, taint)
+
+
+def test_the_reported_case_a_public_score_no_longer_moves(tmp_path: Path) -> None:
+    """0 / 1 / 2 / 5 / 20 RESTRICTED memories holding the word: one PUBLIC score."""
+    scores = []
+    for hidden in (0, 1, 2, 5, 20):
+        rows = {
+            memory.storage_key("main-session", Level.PUBLIC, "fact"): memory_record(
+                "fact", "PUBLIC", "the deploy runs nightly"
+            )
+        }
+        for n in range(hidden):
+            rows[memory.storage_key("main-session", Level.RESTRICTED, f"s{n}")] = memory_record(
+                f"s{n}", "RESTRICTED", "deploy the secret"
+            )
+        path = write_gateway_store(tmp_path / f"{hidden}.db", rows, _indexed(rows))
+        with SqliteStorage(path) as provider:
+            hits = memory.search(provider, "deploy", taint=Level.PUBLIC, agent=None).hits
+            scores.append(hits[0].score)
+    assert len(set(scores)) == 1 and scores[0] > 0
