@@ -101,7 +101,7 @@ def observe(provider: BaseStorage, taint: Level) -> dict[str, Any]:
     stats = memory_upkeep.stats(provider, taint=taint).as_dict()
     seen["stats"] = stats
     plan = memory_upkeep.plan_purge(
-        provider, memory_upkeep.parse_duration("0s"), taint=taint, agent=None
+        provider, memory_upkeep.parse_duration("1s"), taint=taint, agent=None
     )
     seen["purge"] = plan.as_dict(0, True) | {"cutoff": None}
     return seen

@@ -403,7 +403,9 @@ def _syncing(path: Path) -> Iterator[None]:
         done.set()
         thread.join()
     if failed:
-        raise TriggerfishError(f"{path}: cannot write: {failed[0].strerror}")
+        from triggerfish_cli.errors import write_error
+
+        raise write_error(path, failed[0])
 
 
 def _json_lines(

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 
 from triggerfish_cli.backup_archive import Manifest, is_archive_name, read_manifest
-from triggerfish_cli.errors import NotFoundError, TriggerfishError, UsageError
+from triggerfish_cli.errors import NotFoundError, TriggerfishError, UsageError, write_error
 from triggerfish_cli.fileio import atomic_writer, fsync_dir
 
 MARKER_SUFFIX = ".verified"
@@ -123,13 +123,17 @@ class LocalDestination:
 
     def __init__(self, directory: Path, *, create: bool = False) -> None:
         self.directory = directory
+        if directory.exists() and not directory.is_dir():
+            raise UsageError(
+                f"{directory}: is a file, not a directory of backups",
+                hint="--to/--from name a directory (or s3://bucket/prefix); the archive's "
+                "name is chosen for it",
+            )
         if create:
             try:
                 directory.mkdir(parents=True, exist_ok=True, mode=0o700)
             except OSError as exc:
-                raise TriggerfishError(f"{directory}: cannot create: {exc.strerror}") from exc
-        if directory.exists() and not directory.is_dir():
-            raise UsageError(f"{directory}: not a directory")
+                raise write_error(directory, exc) from exc
 
     def describe(self) -> str:
         return str(self.directory)
@@ -166,6 +170,7 @@ class LocalDestination:
 
     @contextlib.contextmanager
     def writer(self, name: str) -> Iterator[IO[bytes]]:
+        remove_stale(self.directory)
         with atomic_writer(self.path(name), mode=0o600, binary=True) as handle:
             yield handle
 
@@ -179,7 +184,7 @@ class LocalDestination:
                 prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=self.directory
             )
         except OSError as exc:
-            raise TriggerfishError(f"{final}: cannot write: {exc.strerror}") from exc
+            raise write_error(final, exc) from exc
         os.close(fd)
         temp = Path(temp_name)
         try:
@@ -187,8 +192,10 @@ class LocalDestination:
             with temp.open("rb+") as handle:
                 os.fsync(handle.fileno())
             os.replace(temp, final)
-        except BaseException:
+        except BaseException as exc:
             temp.unlink(missing_ok=True)
+            if isinstance(exc, OSError):
+                raise write_error(final, exc) from exc
             raise
         fsync_dir(self.directory)
 
@@ -227,7 +234,7 @@ def temp_dir(near: Path | None, what: str) -> Iterator[Path]:
         )
     except OSError as exc:
         where = near or tempfile.gettempdir()
-        raise TriggerfishError(f"{where}: cannot create scratch: {exc}") from exc
+        raise write_error(f"{where} (scratch)", exc) from exc
     try:
         yield path
     finally:

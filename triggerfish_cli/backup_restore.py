@@ -135,12 +135,15 @@ class Swapped:
 
 
 def scratch_path(target: Path) -> Path:
-    """The scratch file beside ``target``; those of dead processes (kill -9) are removed."""
+    """The scratch file beside ``target``; those of dead processes (kill -9) are removed,
+    with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside them."""
     import re
 
     from triggerfish_cli.backup_dest import _alive
 
-    pattern = re.compile(rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp$")
+    pattern = re.compile(
+        rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp(?:-wal|-shm|-journal)?$"
+    )
     with contextlib.suppress(OSError):
         for child in target.parent.iterdir():
             match = pattern.match(child.name)

@@ -18,6 +18,7 @@ EXIT_CODES: dict[int, str] = {
     6: "busy or locked (another sweep running, database locked)",
     7: "backend unavailable (cannot connect or open)",
     8: "invalid data or config (malformed JSON, YAML, manifest)",
+    9: "cannot write (disk full, read-only file system, permission denied)",
     130: "interrupted",
 }
 
@@ -78,3 +79,31 @@ class InvalidDataError(TriggerfishError):
     """Malformed data or configuration: JSON, YAML, a manifest, a policy."""
 
     exit_code = 8
+
+
+class WriteError(TriggerfishError):
+    """A file or store could not be written: disk full, quota, read-only, permissions.
+
+    Whatever was being written is left out entirely (temp files removed), so
+    the operator frees space and runs the same command again.
+    """
+
+    exit_code = 9
+
+
+#: errno values that mean "this place cannot take the write" (exit 9).
+WRITE_ERRNOS = frozenset({28, 122, 27, 30, 13, 1, 5})  # ENOSPC EDQUOT EFBIG EROFS EACCES EPERM EIO
+
+
+def write_error(path: object, exc: OSError) -> TriggerfishError:
+    """The one-line error for an OSError met writing ``path`` (exit 9 when it is one)."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in WRITE_ERRNOS:
+        return WriteError(f"{path}: cannot write: {reason}", hint=_WRITE_HINTS.get(exc.errno))
+    return TriggerfishError(f"{path}: cannot write: {reason}")
+
+
+_WRITE_HINTS = {
+    28: "free some space and run it again: nothing was left half-written",
+    122: "free some space and run it again: nothing was left half-written",
+}

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.errors import write_error
 
 
 def fsync_dir(directory: Path) -> None:
@@ -37,17 +37,23 @@ def atomic_writer(
     """Write to a temp file beside ``path``; fsync and rename it into place on success.
 
     On any error (or Ctrl-C) the temp file is removed and ``path`` is left
-    exactly as it was. ``mode`` sets the new file's permissions; otherwise
-    an existing file's mode is kept (``keep_mode``), else 0644 minus umask.
+    exactly as it was; a disk full or read-only place is exit 9, naming
+    ``path``. The temp file's name holds our pid (``.<name>.<pid>.<random>.tmp``)
+    so that one left by a killed process is recognised and removed later
+    (``backup_dest.remove_stale``). ``mode`` sets the new file's permissions;
+    otherwise an existing file's mode is kept (``keep_mode``), else 0644 minus
+    umask.
     """
     path = Path(path)
     directory = path.parent if str(path.parent) else Path(".")
     if mode is None and keep_mode and path.exists():
         mode = path.stat().st_mode & 0o7777
     try:
-        fd, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+        fd, temp_name = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp", dir=directory
+        )
     except OSError as exc:
-        raise TriggerfishError(f"{path}: cannot write: {exc.strerror}") from exc
+        raise write_error(path, exc) from exc
     temp = Path(temp_name)
     try:
         if mode is not None:
@@ -65,6 +71,6 @@ def atomic_writer(
         with contextlib.suppress(OSError):
             temp.unlink()
         if isinstance(exc, OSError):
-            raise TriggerfishError(f"{path}: cannot write: {exc.strerror or exc}") from exc
+            raise write_error(path, exc) from exc
         raise
     fsync_dir(directory)

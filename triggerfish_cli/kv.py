@@ -408,6 +408,16 @@ def parse_import(stream: IO[str], origin: str) -> dict[str, str]:
                 f"{origin}: line {number}: expected an object with a string "
                 '"key" and a string "value"'
             )
+        for field_name in ("key", "value"):
+            text = document[field_name]
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise InvalidDataError(
+                    f"{origin}: line {number}: the {field_name} holds a lone surrogate "
+                    f"({text[exc.start]!r} at character {exc.start + 1}): not valid Unicode, "
+                    "so it cannot be stored as text"
+                ) from None
         refuse_memory_key(document["key"], f"{origin}: line {number}: ")
         items[document["key"]] = document["value"]
     return items

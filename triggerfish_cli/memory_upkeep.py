@@ -169,6 +169,12 @@ def plan_purge(
     """Soft-deleted records at visible levels whose deletion is older than ``older_than``."""
     if agent is not None:
         check_agent(agent)
+    if older_than <= timedelta(0):
+        raise UsageError(
+            "--older-than must be more than zero, as for retention (0d would purge records "
+            "soft-deleted a moment ago, before anyone could see or undo the delete)",
+            hint="use at least 1h",
+        )
     plan = PurgePlan((now or utc_now()) - older_than, taint, agent)
     for item in scan_visible(provider, taint=taint, agent=agent):
         if isinstance(item, Malformed) or not item.expired:

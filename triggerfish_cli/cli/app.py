@@ -150,6 +150,20 @@ class BoundaryGroup(TyperGroup):
         except (BrokenPipeError, PipeClosed):  # `... | head`: stop quietly, status 0
             _silence_stdout()
             code = 0
+        except OSError as exc:
+            from triggerfish_cli.errors import WRITE_ERRNOS, write_error
+
+            if debug:
+                _traceback()
+            if exc.errno in WRITE_ERRNOS:
+                failure = write_error(exc.filename or "(a file)", exc)
+                code = _fail(str(failure), failure.exit_code)
+            else:
+                code = _fail(
+                    f"unexpected error: {type(exc).__name__}: {exc} "
+                    "(rerun with --debug for details)",
+                    1,
+                )
         except Exception as exc:
             if debug:
                 _traceback()
@@ -383,7 +397,8 @@ def root(
 
     Exit codes: 0 ok, 1 unexpected, 2 usage, 3 not found, 4 refused,
     5 verification failed, 6 busy or locked, 7 backend unavailable,
-    8 invalid data or config, 130 interrupted.
+    8 invalid data or config, 9 cannot write (disk full, read-only),
+    130 interrupted.
     """
     from triggerfish_cli.storage.write_gate import choose_mode
 

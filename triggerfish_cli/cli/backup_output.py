@@ -51,6 +51,8 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
     if out.fmt != "table":
         out.record(document)
         return
+    if out.quiet and not dry_run:  # -q: nothing on success (cron)
+        return
     out.rows(
         document["backups"],
         [

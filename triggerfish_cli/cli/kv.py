@@ -478,6 +478,8 @@ def import_cmd(
         items = kv.parse_import(sys.stdin, "stdin")
     else:
         path = Path(source)
+        if path.is_dir():
+            raise UsageError(f"{source}: is a directory, not a JSON Lines file")
         try:
             with path.open(encoding="utf-8") as handle:
                 items = kv.parse_import(handle, source)

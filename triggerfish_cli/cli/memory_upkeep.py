@@ -107,7 +107,7 @@ def reindex_cmd(
     if out.fmt != "table":
         out.record(document)
         return
-    if not quiet:
+    if not out.quiet:  # --quiet here or the global -q
         out.line(_drift_line(document))
         verb = "would fix" if dry_run else "fixed"
         out.line(f"{verb} {drift.to_fix if dry_run else drift.fixed} record(s)")

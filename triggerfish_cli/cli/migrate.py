@@ -161,6 +161,8 @@ def _report_result(out: Any, result: Any) -> None:
     document = result.as_dict()
     if out.fmt != "table":
         out.record(document)
+    elif out.quiet:  # -q: nothing on success (the exit code says it); a failure still errs
+        pass
     else:
         out.rows(
             document["namespaces"],

@@ -18,6 +18,7 @@ from __future__ import annotations
 import builtins
 import contextlib
 import itertools
+import os
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -30,6 +31,7 @@ from triggerfish_cli.errors import (
     BusyError,
     InvalidDataError,
     TriggerfishError,
+    WriteError,
 )
 from triggerfish_cli.storage import key_ranges
 from triggerfish_cli.storage.batching import BatchSizer
@@ -87,6 +89,8 @@ def translate_error(exc: sqlite3.Error, where: str) -> TriggerfishError:
         )
     if "not a database" in lowered or "malformed" in lowered or "corrupt" in lowered:
         return InvalidDataError(f"{where}: {text}")
+    if "disk is full" in lowered:
+        return WriteError(f"{where}: {text}", hint="nothing of this transaction was written")
     if isinstance(exc, sqlite3.OperationalError):
         return BackendUnavailableError(f"{where}: {text}")
     return TriggerfishError(f"{where}: {text}")
@@ -216,9 +220,15 @@ class SqliteStorage(BaseStorage):
         try:
             yield conn
         finally:
-            if conn.in_transaction:
-                conn.execute("COMMIT")
-                with contextlib.suppress(sqlite3.Error):
+            # Ending a read cannot lose anything; on a damaged (or, for a scan left
+            # unfinished, already closed) connection it may fail too, and must not
+            # hide the error that brought us here.
+            with contextlib.suppress(sqlite3.Error):
+                if conn.in_transaction:
+                    try:
+                        conn.execute("COMMIT")
+                    except sqlite3.Error:
+                        conn.execute("ROLLBACK")
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
     def _fetch(
@@ -659,6 +669,9 @@ def _open(path: Path, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connecti
                 f"{path.parent}: cannot create directory: {exc.strerror}"
             ) from exc
 
+    if not exists:
+        _create_private(path)
+        exists = True
     mode = "rw" if exists else "rwc"
     uri = f"file:{quote(str(path.absolute()))}?mode={mode}"
     try:
@@ -671,6 +684,22 @@ def _open(path: Path, *, create: bool, busy_timeout_ms: int) -> sqlite3.Connecti
         conn.close()
         raise
     return conn
+
+
+def _create_private(path: Path) -> None:
+    """A new store file, owner only (0600) whatever the umask, like its backups.
+
+    SQLite gives its -wal and -shm files the mode of the database file, so
+    they are private too. An existing file is never touched.
+    """
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        return
+    except OSError as exc:
+        from triggerfish_cli.errors import write_error
+
+        raise write_error(path, exc) from exc
 
 
 def _check_schema(conn: sqlite3.Connection, path: Path) -> None:
