@@ -34,7 +34,7 @@ import json
 import math
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,12 +68,16 @@ _STRONG_SUFFIXES = (
 #: Key names that may hold a secret: flagged when the value is long and random.
 _WEAK_SUFFIXES = ("key", "auth", "authorization", "credential", "credentials", "cookie")
 _WEAK_EXCEPTIONS = ("publickey",)
+#: Words that make any key name secret-sounding (``clientSecretRef``, ``signingValue``):
+#: a long random value under one is flagged.
+_SOUNDING = ("secret", "token", "password", "passwd", "credential", "apikey", "privatekey",
+             "signing", "auth", "accesskey")  # fmt: skip
 #: Numbers are flagged only under these (numeric passwords exist; numeric tokens not).
 _NUMERIC_SUFFIXES = ("password", "passwd", "passphrase")
 
 #: Credential formats: (what it is, regular expression), compiled on first use.
 _PATTERN_SOURCES: tuple[tuple[str, str], ...] = (
-    ("PEM private key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"),
+    ("PEM private key", r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----"),
     ("Anthropic API key", r"sk-ant-[A-Za-z0-9_\-]{16,}"),
     (
         "API key (sk-...)",
@@ -101,7 +105,67 @@ _PATTERN_SOURCES: tuple[tuple[str, str], ...] = (
         "URL with an inline password",
         r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s/:@'\"]*:(?!\$\{)[^\s/@'\"]+@",
     ),
+    # NAME=value with a secret-sounding NAME: env items (AWS_SECRET_ACCESS_KEY=...),
+    # libpq DSNs (host=db password=...), connection strings (Password=...;,
+    # AccountKey=...;), URL queries (?password=...), arguments (--token=...).
+    (
+        "secret in a NAME=value setting",
+        r"(?i)(?<![A-Za-z0-9_.\-])(?:--?)?(?P<name>[A-Za-z0-9_.\-]*(?:password|passwd|pwd|"
+        r"passphrase|secret|token|api[_\-]?key|access[_\-]?key|secret[_\-]?key|"
+        r"private[_\-]?key|account[_\-]?key|credentials?))[ \t]*=[ \t]*"
+        r"(?P<value>'[^'\n]*'|\"[^\"\n]*\"|[^\s;&'\",\]\}]+)",
+    ),
+    ("Azure SAS signature", r"[?&]sig=[A-Za-z0-9%+/=]{16,}"),
+    ("AWS secret access key", r"(?<![A-Za-z0-9/+=])[A-Za-z0-9/+]{40}(?![A-Za-z0-9/+=])"),
+    ("Google OAuth client secret", r"GOCSPX-[A-Za-z0-9_\-]{24,}"),
+    (
+        "Azure client secret",
+        r"(?<![A-Za-z0-9_~.\-])[A-Za-z0-9_~.\-]{3}\dQ~[A-Za-z0-9_~.\-]{31,34}(?![A-Za-z0-9_~.\-])",
+    ),
+    (
+        "Slack webhook URL",
+        r"https://hooks\.slack\.com/(?:services|workflows|triggers)/[A-Za-z0-9_/\-]{20,}",
+    ),
 )
+
+
+def _setting_is_secret(match: re.Match[str]) -> bool:
+    """``NAME=value``: a value, not a reference, not a bare number under a non-password."""
+    value = match.group("value")
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+        value = value[1:-1]
+    if is_reference(value) or value.startswith("$"):
+        return False
+    if value.isdigit():
+        return normalise_key(match.group("name")).endswith((*_NUMERIC_SUFFIXES, "pwd"))
+    return True
+
+
+def _aws_secret_shaped(match: re.Match[str]) -> bool:
+    """40 characters of base64 with upper, lower and digits, random, not a path."""
+    text = match.group(0)
+    return (
+        any(c.isupper() for c in text)
+        and any(c.islower() for c in text)
+        and any(c.isdigit() for c in text)
+        and text.count("/") <= 3
+        and _entropy(text) >= 4.0
+    )
+
+
+#: Checks a match must pass to count (the regular expression alone is too broad).
+_VALIDATORS: dict[str, Callable[[re.Match[str]], bool]] = {
+    "secret in a NAME=value setting": _setting_is_secret,
+    "AWS secret access key": _aws_secret_shaped,
+}
+
+
+def _found(kind: str, pattern: re.Pattern[str], text: str) -> Iterator[re.Match[str]]:
+    """The matches of one credential pattern in ``text`` that pass its check."""
+    check = _VALIDATORS.get(kind)
+    for match in pattern.finditer(text):
+        if check is None or check(match):
+            yield match
 
 
 @functools.lru_cache(maxsize=1)
@@ -138,7 +202,7 @@ def is_reference(value: str) -> bool:
 def pattern_kind(value: str) -> str | None:
     """What known credential format ``value`` contains, if any."""
     for kind, pattern in _patterns():
-        if pattern.search(value):
+        if next(_found(kind, pattern, value), None) is not None:
             return kind
     return None
 
@@ -171,7 +235,9 @@ def classify(key: str | None, value: Any) -> str | None:
         return kind
     if name.endswith(_STRONG_SUFFIXES):
         return "key name"
-    if name.endswith(_WEAK_SUFFIXES) and not name.endswith(_WEAK_EXCEPTIONS):
+    if name.endswith(_WEAK_EXCEPTIONS):
+        return None
+    if name.endswith(_WEAK_SUFFIXES) or any(word in name for word in _SOUNDING):
         return "random value under a key name" if _looks_random(value) else None
     return None
 
@@ -263,13 +329,14 @@ def scan(text: str) -> Scan:
         kind = classify(key, read(node))
         if kind is not None:
             kinds.setdefault(id(node), kind)
+    _flag_siblings(paths, nodes, kinds, read)
     mapping = root is None or isinstance(root, yaml.MappingNode)
     result = Scan(valid=mapping and not failures)
     spans = {ident: value_span(text, node) for ident, node in nodes.items()}
     # Credentials anywhere in the raw text: comments, keys, odd quoting.
     loose: list[tuple[int, int, str]] = []
     for kind, pattern in _patterns():
-        for match in pattern.finditer(text):
+        for match in _found(kind, pattern, text):
             begin, stop = match.span()
             owner = next((i for i, (a, b, _) in spans.items() if a <= begin < b), None)
             if owner is not None:
@@ -296,6 +363,35 @@ def scan(text: str) -> Scan:
     _scan_comment_keys(text, result, flagged)
     result.findings.sort(key=lambda f: (f.line, f.path))
     return result
+
+
+def _flag_siblings(
+    paths: dict[int, list[list[str | int]]],
+    nodes: dict[int, Any],
+    kinds: dict[int, str],
+    read: Callable[[Any], Any],
+) -> None:
+    """A random value in the same list or mapping as a credential is one too.
+
+    ``[AKIA..., <its secret key>]``: the key id has a known shape, its secret
+    only looks random; beside it, that is enough.
+    """
+    parents: dict[tuple[str | int, ...], list[int]] = {}
+    for ident, where in paths.items():
+        for parts in where:
+            parents.setdefault(tuple(parts[:-1]), []).append(ident)
+    for members in parents.values():
+        if not any(ident in kinds for ident in members):
+            continue
+        for ident in members:
+            value = read(nodes[ident])
+            if (
+                ident not in kinds
+                and isinstance(value, str)
+                and not is_reference(value)
+                and _looks_random(value)
+            ):
+                kinds[ident] = "random value beside a credential"
 
 
 def _block_indent(text: str, span: tuple[int, int, str]) -> int:
@@ -326,7 +422,7 @@ def _scan_lines(text: str) -> Scan:
         _check_line(line, offset, number, where, result, flagged)
         offset += len(line)
     for kind, pattern in _patterns():
-        for match in pattern.finditer(text):
+        for match in _found(kind, pattern, text):
             begin, stop = match.span()
             if any(a <= begin < b for a, b in flagged):
                 continue
