@@ -383,7 +383,7 @@ def test_purge_plan_is_visible_soft_deleted_and_old_enough(provider: BaseStorage
 
 def test_purge_deletes_exactly_the_unchanged_planned_records(provider: BaseStorage) -> None:
     before = memories(provider)
-    plan = memory_upkeep.plan_purge(provider, timedelta(0), taint=RES, agent=MAIN, now=NOW)
+    plan = memory_upkeep.plan_purge(provider, timedelta(seconds=1), taint=RES, agent=MAIN, now=NOW)
     assert plan.count == 3
     rewritten = mkey(MAIN, "PUBLIC", "old-fact")
     provider.set(rewritten, before[rewritten].replace("Prefers tea", "Prefers green tea"))

@@ -238,7 +238,7 @@ def test_purge_removes_index_rows_in_the_same_transaction(pg: PostgresStorage) -
     memory.delete_memory(pg, "quokka", taint=PUB, agent=MAIN)
     from datetime import timedelta
 
-    plan = memory_upkeep.plan_purge(pg, timedelta(0), taint=RES, agent=None)
+    plan = memory_upkeep.plan_purge(pg, timedelta(seconds=1), taint=RES, agent=None)
     assert plan.count > 0
     memory_upkeep.purge(pg, plan)
     assert memory_upkeep.reindex(pg, taint=RES, dry_run=True).to_fix == 0

@@ -380,6 +380,14 @@ def load_logical(
         )
     manifest = result.manifest
     assert manifest is not None
+    if mode == "merge":  # rows merged into a store that may hold memories: no write-down
+        from triggerfish_cli.memory import PREFIX, refuse_write_down
+
+        memories = (
+            row for row in _archive_rows(archive, manifest, scratch / "snapshot.db")
+            if row[0].startswith(PREFIX)
+        )  # fmt: skip
+        refuse_write_down(memories, provider, name)
     rows = _archive_rows(archive, manifest, scratch / "snapshot.db")
     written, deleted = _load(provider, rows, mode, on_progress)
     from triggerfish_cli import audit

@@ -181,6 +181,77 @@ def parse_record(
     )
 
 
+def disagreement(skey: str, value: str) -> str | None:
+    """Why a memory row's record disagrees with its key (write-down), or None.
+
+    A record whose ``classification``, ``agentId`` or ``key`` differ from its
+    storage key would be read at the key's level: a RESTRICTED record stored
+    under ``...:PUBLIC:...`` is published by a merge. Malformed values (not a
+    JSON object) claim nothing and are shown to nobody: no disagreement.
+    """
+    parts = split_key(skey)
+    if parts is None:
+        return None
+    agent, level, key = parts
+    try:
+        document = fast_loads()(value)
+    except (ValueError, TypeError):
+        return None
+    if not isinstance(document, dict):
+        return None
+    if document.get("classification") != level.name:
+        return f"its record is not classified {level.name}"
+    if "agentId" in document and document["agentId"] != agent:
+        return f"its record belongs to another agent than {agent}"
+    if "key" in document and document["key"] != key:
+        return "its record carries another key"
+    return None
+
+
+def refuse_write_down(rows: Iterable[tuple[str, str]], target: StorageProvider, where: str) -> None:
+    """Refuse (exit 4, naming the rows, never content) memory rows that would write down.
+
+    For the paths that merge rows into a store that may hold memories
+    (``migrate --merge``, ``backup restore --merge``): a row whose record
+    disagrees with its key (:func:`disagreement`), or a copy of the content
+    of a live version of the same agent and key at a higher level in the
+    target (a higher memory re-saved lower).
+    """
+    bad: list[str] = []
+    incoming: list[tuple[str, str, str, Level, str]] = []
+    for skey, value in rows:
+        if not skey.startswith(PREFIX):
+            continue
+        reason = disagreement(skey, value)
+        if reason is not None:
+            bad.append(f"{skey} ({reason})")
+            continue
+        record = parse_record(skey, value)
+        if isinstance(record, MemoryRecord) and record.level < Level.RESTRICTED:
+            incoming.append((skey, record.agent, record.key, record.level, record.content))
+    for start in range(0, len(incoming), 500):
+        chunk = incoming[start : start + 500]
+        higher = {
+            storage_key(agent, level, key): (skey, content)
+            for skey, agent, key, low, content in chunk
+            for level in Level
+            if level > low
+        }
+        for hkey, value in target.get_many(higher).items():
+            skey, content = higher[hkey]
+            record = parse_record(hkey, value)
+            if isinstance(record, MemoryRecord) and record.live and record.content == content:
+                bad.append(f"{skey} (a copy of the {record.level.name} version in the target)")
+    if bad:
+        raise RefusedError(
+            f"{where}: refusing memory rows that would write a memory down: "
+            f"{', '.join(sorted(set(bad))[:5])}"
+            + (f" and {len(set(bad)) - 5} more" if len(set(bad)) > 5 else "")
+            + "; nothing was written",
+            hint="memories are saved only by `memory save`, at the taint",
+        )
+
+
 def check_agent(agent: str) -> None:
     if not agent or ":" in agent:
         raise UsageError(f"invalid agent id {agent!r}: it must be non-empty and hold no ':'")

@@ -111,6 +111,10 @@ def migrate_cmd(
             yes=yes,
             what="merging into a non-empty store",
         )
+    if plan.merge:  # rows merged into a store that may hold memories: no write-down
+        from triggerfish_cli.memory import PREFIX, refuse_write_down
+
+        refuse_write_down(src.scan(PREFIX, batch_size=2000), dst, plan.source)
     run = migrate.Migration(src, dst, plan, batch_size=batch_size)
     copied = [0]
     try:
