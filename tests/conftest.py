@@ -23,6 +23,8 @@ _OUR_ENV = (
     "TRIGGERFISH_QUIET",
     "TRIGGERFISH_DEBUG",
     "TRIGGERFISH_TAINT",
+    "TRIGGERFISH_DOCKER",
+    "TRIGGERFISH_LIVE_WRITERS",
 )
 
 
@@ -156,6 +158,9 @@ def _s3_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
 
     server: S3 = request.getfixturevalue("s3")
     bucket = server.new_bucket()
+    S3Storage(
+        bucket, "triggerfish/", endpoint_url=server.endpoint_url, region=server.region, create=True
+    ).close()
     config = _write_storage_config(
         base,
         {

@@ -208,7 +208,8 @@ def test_drift_from_writes_behind_our_back_and_reindex(
             (pg.schema,),
         ).fetchall()
     assert columns == [("key", "text"), ("value", "text")] and triggers == (0,)
-    assert tables == [("kv",), ("tfadmin_memory_fts",)]
+    # kv untouched; ours: the search table and the store's identity (storage/identity.py)
+    assert tables == [("kv",), ("tfadmin_memory_fts",), ("tfadmin_store",)]
 
 
 def test_filters_apply_before_the_limit(pg: PostgresStorage) -> None:

@@ -41,7 +41,7 @@ def test_storage_section_resolution(tmp_path: Path) -> None:
     config = resolve_storage(load_settings(path, explicit=True))
     assert (config.backend, config.path, config.source) == ("sqlite", tmp_path / "x.db", "config")
     assert config.options == {"busy_timeout_ms": 250}
-    assert not config.create_if_missing
+    assert config.chosen_by == f"from storage.path in {path}"
     db = resolve_storage(load_settings(path, explicit=True), db=tmp_path / "other.db")
     assert db.path == tmp_path / "other.db" and db.options == {"busy_timeout_ms": 250}
     memory = resolve_storage(load_settings(path, explicit=True), backend="memory")

@@ -6,7 +6,8 @@ changed what. The value is compact JSON::
 
     {"timestamp":"2026-03-28T14:05:40.902Z","hook":"admin_kv_delete",
      "action":"kv_delete","user":"alice","host":"gw1",
-     "tool":"triggerfish-admin 0.1.0","target":"sessions:","counts":{"deleted":12}}
+     "tool":"triggerfish-admin 0.1.0","store":"6f1c...","target":"sessions:",
+     "counts":{"deleted":12}}
 
 Records never hold secrets or memory content: only names, keys and counts.
 """
@@ -58,8 +59,13 @@ def record(
 
     ``action`` is a short snake_case name (``kv_delete``); the hook in the
     key is ``admin_<action>``. Two records in the same millisecond get
-    distinct keys (the later one moves on by a millisecond).
+    distinct keys (the later one moves on by a millisecond). Every command
+    that changes a store ends here, so the store's identity is recorded here
+    the first time (storage/identity.py) and named in the record.
     """
+    from triggerfish_cli.storage.identity import ensure_id
+
+    store = ensure_id(provider)
     moment = now or utc_now()
     key = audit_key(moment, action)
     while provider.get(key) is not None:
@@ -72,6 +78,7 @@ def record(
         "user": os_user(),
         "host": _hostname(),
         "tool": f"triggerfish-admin {__version__}",
+        "store": store,
     }
     if target is not None:
         value["target"] = target

@@ -90,6 +90,10 @@ class Manifest:
     #: zstd: the compressed size of each frame of the payload, in order (they
     #: decompress in parallel); None: one stream, read from the start.
     frames: list[int] | None = None
+    #: The source store's id (storage/identity.py); None: it had none.
+    store_id: str | None = None
+    #: The host the backup was made on (a SQLite path means something on it alone).
+    host: str | None = None
     tool_version: str = __version__
     format_version: int = FORMAT_VERSION
 
@@ -103,6 +107,8 @@ class Manifest:
             "label": self.label,
             "source": self.source,
             "backend": self.backend,
+            "store_id": self.store_id,
+            "host": self.host,
             "compression": self.compression,
             "sqlite_version": self.sqlite_version,
             "page_size": self.page_size,
@@ -173,9 +179,19 @@ class Manifest:
             namespaces=counts["namespaces"],
             memories=counts["memories"],
             frames=frames,
+            store_id=_optional_text(data, "store_id", origin),
+            host=_optional_text(data, "host", origin),
             tool_version=str(data.get("tool_version", "")),
             format_version=version,
         )
+
+
+def _optional_text(data: dict[str, Any], name: str, origin: str) -> str | None:
+    """A field older backups do not have: absent or null is None."""
+    value = data.get(name)
+    if value is not None and (not isinstance(value, str) or not value):
+        raise InvalidDataError(f"{origin}: manifest field {name!r} is invalid")
+    return value
 
 
 def trailer_bytes(manifest: Manifest) -> bytes:

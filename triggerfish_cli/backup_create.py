@@ -22,7 +22,7 @@ import os
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -150,6 +150,9 @@ class Created:
     destination: str
     manifest: Manifest
     seconds: float
+    #: The audit record of the backup in the store (None: the store could not be written).
+    audit_key: str | None = None
+    notes: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -157,6 +160,8 @@ class Created:
             "destination": self.destination,
             "seconds": round(self.seconds, 3),
             "manifest": self.manifest.as_dict(),
+            "audit_key": self.audit_key,
+            "notes": self.notes,
         }
 
 
@@ -177,11 +182,20 @@ def create_backup(
     label: str | None = None,
     on_progress: Callable[[int], None] | None = None,
     progress: Reporter | None = None,
+    record: bool = True,
 ) -> Created:
     """Back ``provider`` up into ``dest``; ``progress`` is told the phase and how far it got
-    (bytes of the snapshot for a physical backup, keys for a logical one)."""
+    (bytes of the snapshot for a physical backup, keys for a logical one).
+
+    With ``record`` (the default) the store's identity is recorded first
+    when it has none (so the manifest names it), and an audit record of the
+    backup is written afterwards (``status`` shows the last one); a store
+    that cannot be written (read-only, or the write gate refuses) is backed
+    up all the same, with a note saying what was not recorded.
+    """
     import time
 
+    from triggerfish_cli.backup_stores import hostname, location
     from triggerfish_cli.progress import SILENT, counted
 
     progress = progress or SILENT
@@ -194,6 +208,8 @@ def create_backup(
         threads = min(4, os.cpu_count() or 1)
     started = time.perf_counter()
     kind = choose_kind(provider, logical)
+    notes: list[str] = []
+    store_id = _identity(provider, notes) if record else _read_identity(provider)
     created = now_iso()
     name = archive_name(created, kind, compression)
     serial = 0
@@ -203,11 +219,13 @@ def create_backup(
     manifest = Manifest(
         kind=kind,
         created=created,
-        source=provider.describe(),
+        source=location(provider),
         backend=provider.backend,
         compression=compression,
         label=label,
         sqlite_version=sqlite3.sqlite_version if provider.backend == "sqlite" else None,
+        store_id=store_id,
+        host=hostname(),
     )
     options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":
@@ -270,7 +288,52 @@ def create_backup(
             _set_counts(manifest, counter.counts())
             _finish_payload(sink, manifest)
             _trailer(handle, manifest)
-    return Created(name, dest.describe(), manifest, time.perf_counter() - started)
+    result = Created(name, dest.describe(), manifest, time.perf_counter() - started, notes=notes)
+    if record:
+        result.audit_key = _audit(provider, result, notes)
+    return result
+
+
+def _identity(provider: StorageProvider, notes: list[str]) -> str | None:
+    """The store's id, recorded now when it has none; None (and a note) when it cannot be."""
+    from triggerfish_cli.storage.identity import ensure_id
+
+    try:
+        return ensure_id(provider)
+    except TriggerfishError as exc:
+        notes.append(f"the store's id could not be recorded ({exc.message})")
+        return _read_identity(provider)
+
+
+def _read_identity(provider: StorageProvider) -> str | None:
+    from triggerfish_cli.storage.identity import read_id
+
+    return read_id(provider)
+
+
+def _audit(provider: StorageProvider, done: Created, notes: list[str]) -> str | None:
+    """The backup's audit record in the store (best effort: the backup is made)."""
+    from triggerfish_cli import audit
+
+    manifest = done.manifest
+    try:
+        return audit.record(
+            provider,
+            "backup_create",
+            target=f"{done.destination.rstrip('/')}/{done.name}",
+            counts={"keys": manifest.keys},
+            details={
+                "name": done.name,
+                "destination": done.destination,
+                "kind": manifest.kind,
+                "created": manifest.created,
+                "label": manifest.label,
+                "payload_sha256": manifest.payload_sha256,
+            },
+        )
+    except TriggerfishError as exc:
+        notes.append(f"no audit record of this backup in the store ({exc.message})")
+        return None
 
 
 def _store_bytes(path: Path) -> int | None:

@@ -62,6 +62,9 @@ class Entry:
             "compression": manifest.compression if manifest else None,
             "verified": self.verified,
             "verified_at": (self.marker or {}).get("at") if self.verified != "no" else None,
+            "store_id": manifest.store_id if manifest else None,
+            "source": manifest.source if manifest else None,
+            "host": manifest.host if manifest else None,
             "error": self.error,
         }
 
@@ -101,8 +104,15 @@ def open_destination(
     text = str(spec)
     if text.lower().startswith("s3://"):
         from triggerfish_cli.backup_s3 import S3Destination
+        from triggerfish_cli.storage.factory import missing_extra
 
-        return S3Destination.from_url(text, endpoint_url=endpoint_url)
+        try:
+            return S3Destination.from_url(text, endpoint_url=endpoint_url)
+        except ModuleNotFoundError as exc:
+            error = missing_extra(exc)
+            if error is None:
+                raise
+            raise error from None
     if "://" in text:
         raise UsageError(f"{text}: a backup destination is a directory or s3://bucket/prefix")
     if endpoint_url is not None:

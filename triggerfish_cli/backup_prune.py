@@ -8,6 +8,10 @@ kept by no rule goes, except:
 - the newest verified backup is always kept (``newest verified``);
 - archives whose manifest cannot be read are never touched (``unreadable``):
   prune deletes only what it understands.
+
+The policy applies to one store's backups (backup_stores.py): the caller
+passes them alone, or :func:`plan_prune_by_store` applies it to each
+store's backups separately, so one store's backups never push out another's.
 """
 
 from __future__ import annotations
@@ -113,3 +117,17 @@ def plan_prune(entries: Sequence[Entry], policy: KeepPolicy) -> PrunePlan:
     for decision in planned:
         decision.keep = bool(decision.reasons)
     return PrunePlan(planned + decisions)
+
+
+def plan_prune_by_store(entries: Sequence[Entry], policy: KeepPolicy) -> PrunePlan:
+    """:func:`plan_prune` applied to each store's backups separately (backup_stores.groups)."""
+    from triggerfish_cli.backup_stores import groups
+
+    readable = [entry for entry in entries if entry.manifest is not None]
+    by_manifest = {id(entry.manifest): entry for entry in readable}
+    decisions: list[Decision] = []
+    for manifests in groups(entry.manifest for entry in readable if entry.manifest).values():
+        decisions.extend(plan_prune([by_manifest[id(m)] for m in manifests], policy).decisions)
+    unreadable = [entry for entry in entries if entry.manifest is None]
+    decisions.extend(plan_prune(unreadable, policy).decisions)
+    return PrunePlan(decisions)

@@ -153,9 +153,21 @@ def scratch_path(target: Path) -> Path:
 
 
 def restore_physical(
-    archive: Path, name: str, target: Path, *, force: bool, progress: Reporter | None = None
+    archive: Path,
+    name: str,
+    target: Path,
+    *,
+    force: bool,
+    progress: Reporter | None = None,
+    store_id: str | None = None,
 ) -> Swapped:
-    """Verify ``archive`` into a scratch file beside ``target``, then swap it in."""
+    """Verify ``archive`` into a scratch file beside ``target``, then swap it in.
+
+    ``store_id``: the identity the restored store keeps (backup_stores.new_identity:
+    the target's own, or the backup's when it goes back where it was); None: the
+    backup's own id is dropped and a fresh one is recorded (a copy elsewhere is
+    another store).
+    """
     target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
     check_not_open(target, force)
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -166,6 +178,7 @@ def restore_physical(
             raise VerificationError(
                 f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
             )
+        set_identity(scratch, store_id)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(str(scratch) + suffix).unlink(missing_ok=True)
         pause = os.environ.get(PAUSE_ENV)
@@ -182,6 +195,39 @@ def restore_physical(
     details = {"kind": "physical", "created": manifest.created, "kept": str(kept) if kept else None}
     _audit_file(target, "backup_restore", name, {"keys": manifest.keys}, details)
     return Swapped(str(target), str(kept) if kept else None, manifest, result.checks)
+
+
+def set_identity(scratch: Path, store_id: str | None) -> None:
+    """Give the checked scratch copy the identity the restored store keeps.
+
+    A private file nobody else has open (no write gate); its WAL is folded
+    back into it before the swap, and fsynced (``synchronous=FULL``).
+    """
+    from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
+    from triggerfish_cli.storage.sqlite import private_transaction
+
+    with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
+        present = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (ID_TABLE,)
+        ).fetchone()
+        current = (
+            conn.execute(f"SELECT value FROM {ID_TABLE} WHERE name = 'id'").fetchone()
+            if present
+            else None
+        )
+        if (current[0] if current else None) == store_id:
+            return
+        conn.execute("PRAGMA synchronous=FULL")
+        with private_transaction(conn):
+            if present:
+                conn.execute(f"DELETE FROM {ID_TABLE}")
+            if store_id is not None:
+                conn.execute(ID_TABLE_SQL)
+                conn.executemany(
+                    f"INSERT INTO {ID_TABLE} (name, value) VALUES (?, ?)",
+                    [("id", store_id), ("created", now_iso())],
+                )
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
 
 def _audit_file(
@@ -371,8 +417,13 @@ def load_logical(
     *,
     scratch: Path,
     on_progress: Callable[[int], None] | None = None,
+    store_id: str | None = None,
 ) -> Loaded:
-    """Verify the archive completely, then load its rows into ``provider``."""
+    """Verify the archive completely, then load its rows into ``provider``.
+
+    ``store_id``: the identity a target without one takes (the backup's, when the
+    store goes back where it was: backup_stores.new_identity); None: a fresh one.
+    """
     result: Verified = verify_file(archive, name, snapshot=scratch / "snapshot.db")
     if not result.ok:
         raise VerificationError(
@@ -391,6 +442,9 @@ def load_logical(
     rows = _archive_rows(archive, manifest, scratch / "snapshot.db")
     written, deleted = _load(provider, rows, mode, on_progress)
     from triggerfish_cli import audit
+    from triggerfish_cli.storage.identity import ensure_id
+
+    ensure_id(provider, store_id)
 
     audit.record(
         provider,

@@ -32,7 +32,7 @@ class S3Destination:
     def __init__(self, bucket: str, prefix: str, *, endpoint_url: str | None = None) -> None:
         from triggerfish_cli.storage.s3 import S3Storage
 
-        self.store = S3Storage(bucket, prefix, endpoint_url=endpoint_url, workers=4)
+        self.store = S3Storage(bucket, prefix, endpoint_url=endpoint_url, workers=4, as_store=False)
         self.bucket = self.store.bucket
         self.prefix = self.store.prefix
         self.client: Any = self.store.client

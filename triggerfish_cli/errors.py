@@ -13,11 +13,12 @@ EXIT_CODES: dict[int, str] = {
     1: "unexpected error",
     2: "usage error (bad option or argument)",
     3: "not found (key, memory, version, backup)",
-    4: "refused by policy (taint, secrets guard, safety guard, missing --yes)",
+    4: "refused by policy (taint, secrets guard, safety guard, missing --yes, "
+    "another store's backup)",
     5: "verification failed (backup checksum, integrity check)",
     6: "busy or locked (another sweep running, database locked)",
-    7: "backend unavailable (cannot connect or open)",
-    8: "invalid data or config (malformed JSON, YAML, manifest)",
+    7: "backend unavailable (no store there, cannot connect or open, extra not installed)",
+    8: "invalid data or config (malformed JSON, YAML, manifest, a kv table not the gateway's)",
     9: "cannot write (disk full, read-only file system, permission denied)",
     130: "interrupted",
 }
@@ -73,6 +74,13 @@ class BackendUnavailableError(TriggerfishError):
     """The store cannot be opened or reached."""
 
     exit_code = 7
+
+
+class MissingStoreError(BackendUnavailableError):
+    """No store where one was looked for: a missing SQLite file, a Postgres schema
+    without its table, an S3 prefix holding nothing. Only the commands that make a
+    store (``demo create``, ``migrate`` into its target, a restore into an empty
+    target) create one; every other command stops here (exit 7)."""
 
 
 class InvalidDataError(TriggerfishError):

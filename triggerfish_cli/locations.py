@@ -1,19 +1,25 @@
 """Where stores are, for commands that name them (``migrate --from/--to``).
 
-A location is a SQLite path, a ``postgresql://`` DSN (``?schema=`` is
-ours), an ``s3://bucket/prefix`` URL, or a YAML file whose ``storage:``
-section describes the store. Sources are opened read-only.
+One documented form for each kind of store:
+
+- SQLite: a file path with a ``/`` in it or a ``.db``/``.sqlite``/``.sqlite3``
+  name (``./memory.db``, ``~/.triggerfish/data/triggerfish.db``);
+- PostgreSQL: a ``postgresql://`` URL (``?schema=`` is ours);
+- S3: an ``s3://bucket/prefix`` URL;
+- a YAML file (``.yaml``/``.yml``) whose ``storage:`` section describes the store.
+
+Anything else is refused (exit 2), in particular a bare word such as
+``memory`` or ``postgres``: it is not taken as a file name. Sources are
+opened read-only.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
-from triggerfish_cli.errors import BackendUnavailableError, InvalidDataError, UsageError
+from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
 from triggerfish_cli.settings import StorageConfig, load_settings, parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import (
@@ -27,6 +33,8 @@ from triggerfish_cli.storage.remote_settings import (
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
 MMAP_BYTES = 1 << 30
+#: File names that are SQLite stores without a directory in front of them.
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
 
 def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> StorageConfig:
@@ -40,12 +48,14 @@ def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> 
         options: dict[str, Any] = {"dsn": dsn}
         if schema is not None:
             options["schema"] = check_schema(schema, f"--{role} schema")
-        return StorageConfig("postgres", options=options, source=f"--{role}")
+        return StorageConfig(
+            "postgres", options=options, source=f"--{role}", chosen_by=f"from --{role}"
+        )
     if lowered.startswith("s3://"):
         options = parse_s3_url(spec)
         if endpoint_url is not None:
             options["endpoint_url"] = check_endpoint(endpoint_url, "--endpoint-url")
-        return StorageConfig("s3", options=options, source=f"--{role}")
+        return StorageConfig("s3", options=options, source=f"--{role}", chosen_by=f"from --{role}")
     if "://" in spec:
         raise UsageError(
             f"--{role}: unknown kind of store {spec.split('://')[0]!r}://",
@@ -54,7 +64,13 @@ def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> 
     path = Path(spec).expanduser()
     if path.suffix.lower() in (".yaml", ".yml"):
         return _from_yaml(path, role)
-    return StorageConfig("sqlite", path=path, source=f"--{role}")
+    if "/" not in spec and path.suffix.lower() not in SQLITE_SUFFIXES:
+        raise UsageError(
+            f"--{role} {spec}: not a store location (a bare word is not taken as a file name)",
+            hint=f"give a SQLite path (./{spec}.db, /path/to/{spec}), postgresql://..., "
+            "s3://bucket/prefix or a YAML file with a storage: section",
+        )
+    return StorageConfig("sqlite", path=path, source=f"--{role}", chosen_by=f"from --{role}")
 
 
 def _from_yaml(path: Path, role: str) -> StorageConfig:
@@ -70,7 +86,13 @@ def _from_yaml(path: Path, role: str) -> StorageConfig:
         from triggerfish_cli.paths import default_db_path
 
         store_path = default_db_path()
-    return StorageConfig(backend, path=store_path, options=options, source=f"--{role}")
+    return StorageConfig(
+        backend,
+        path=store_path,
+        options=options,
+        source=f"--{role}",
+        chosen_by=f"from the storage: section of {path} (--{role})",
+    )
 
 
 class _ReadOnlySqlite(SqliteStorage):
@@ -78,30 +100,12 @@ class _ReadOnlySqlite(SqliteStorage):
 
     def __init__(self, path: Path, busy_timeout_ms: int) -> None:
         # Absolute, so that a resumed run from another directory is the same source.
-        path = path.expanduser().absolute()
-        self.path = path
-        self.busy_timeout_ms = busy_timeout_ms
-        self.gate_mode = "refuse"  # read-only: it never writes
-        self._gate = None
-        self._sizers = {}
-        self._conn = None
-        if not path.is_file():
-            raise BackendUnavailableError(f"{path}: no store there")
-        uri = f"file:{quote(str(path.absolute()))}?mode=ro"
-        try:
-            # One thread at a time reads it, but not always the one that opened it.
-            self._conn = sqlite3.connect(
-                uri,
-                uri=True,
-                timeout=busy_timeout_ms / 1000,
-                isolation_level=None,
-                check_same_thread=False,
-            )
-        except sqlite3.Error as exc:
-            raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
-        if "kv" not in self.tables():
-            self.close()
-            raise InvalidDataError(f"{path}: no kv table: not a Triggerfish store")
+        super().__init__(
+            path.expanduser().absolute(),
+            busy_timeout_ms=busy_timeout_ms,
+            live_writers="refuse",  # read-only: it never writes
+            read_only=True,
+        )
         # Reading every value in key order jumps around the file: memory-mapped
         # pages (read-only, so safe) save a system call and a copy per page.
         with self.errors("open"):
@@ -110,11 +114,14 @@ class _ReadOnlySqlite(SqliteStorage):
 
 def open_source(config: StorageConfig) -> StorageProvider:
     """The source, read-only."""
-    if config.backend == "sqlite":
-        assert config.path is not None
-        return _ReadOnlySqlite(config.path, int(config.options.get("busy_timeout_ms", 5000)))
     from triggerfish_cli.storage.factory import open_provider
 
+    if config.backend == "sqlite":
+        assert config.path is not None
+        try:
+            return _ReadOnlySqlite(config.path, int(config.options.get("busy_timeout_ms", 5000)))
+        except MissingStoreError as exc:
+            raise MissingStoreError(f"{exc.message} ({config.chosen_by})", hint=exc.hint) from None
     return open_provider(replace(config, options={**config.options, "read_only": True}))
 
 
@@ -123,15 +130,10 @@ def open_target(config: StorageConfig, *, create: bool) -> StorageProvider | Non
     from triggerfish_cli.storage.factory import open_provider
 
     if not create:
-        if config.backend == "sqlite" and config.path is not None and not config.path.exists():
+        try:
+            return open_provider(config, create=False)
+        except MissingStoreError:
             return None
-        if config.backend == "postgres":
-            from triggerfish_cli.storage.postgres import NoStoreError
-
-            try:
-                return open_provider(config, create=False)
-            except NoStoreError:
-                return None
     return open_provider(config, create=create)
 
 

@@ -53,10 +53,10 @@ class StorageConfig:
     path: Path | None = None
     #: Backend-specific settings (busy_timeout_ms, dsn, bucket, ...).
     options: Mapping[str, Any] = field(default_factory=dict)
-    #: Where the choice came from: default, config, --db, --backend.
+    #: Where the choice came from: default, config, --db, --backend, --from, --to.
     source: str = "default"
-    #: Create the store when it is missing (only the built-in default location).
-    create_if_missing: bool = False
+    #: How it was chosen, for messages: "from --db", "from TRIGGERFISH_DATA_DIR", ...
+    chosen_by: str = ""
 
 
 @dataclass

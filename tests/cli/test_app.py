@@ -93,8 +93,11 @@ def test_errors_are_never_read_as_markup(cli: CliFn, gateway_db: Path) -> None:
     assert result.stderr == "error: key not found: [bold]x[/bold]\n"
 
 
-def test_default_store_is_created_with_the_gateway_schema(cli: CliFn, base_dir: Path) -> None:
-    result = cli("kv", "list")
+def test_a_created_store_has_the_gateway_schema(cli: CliFn, base_dir: Path) -> None:
+    """Only a command that makes a store creates the default one (demo create here)."""
+    assert cli("kv", "list").exit_code == 7
+    assert not (base_dir / "data").exists()
+    result = cli("demo", "create", "--records", "50")
     assert result.exit_code == 0, result.stderr
     import sqlite3
 
@@ -107,7 +110,7 @@ def test_explicit_missing_db_is_exit_7_and_creates_nothing(cli: CliFn, tmp_path:
     missing = tmp_path / "typo.db"
     result = cli("--db", str(missing), "kv", "list")
     assert result.exit_code == 7
-    assert "no store there" in result.stderr
+    assert f"no Triggerfish store at {missing} (from --db)" in result.stderr
     assert not missing.exists()
 
 
@@ -137,7 +140,13 @@ def test_store_location_precedence(
 def test_home_default_without_data_dir(
     cli: CliFn, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    from triggerfish_cli import paths
+
     monkeypatch.delenv("TRIGGERFISH_DATA_DIR")
+    monkeypatch.delenv("TRIGGERFISH_DOCKER", raising=False)
+    # not in Docker (this machine may be a container: tests/cli/test_store_resolution.py
+    # runs the console script in a root of its own for the Docker rule itself)
+    monkeypatch.setattr(paths, "DOCKERENV", tmp_path / "no-dockerenv")
     home = Path(os.environ["HOME"])
     write_gateway_store(home / ".triggerfish" / "data" / "triggerfish.db", {"home:1": "x"})
     assert cli("kv", "list", "-k").stdout == "home:1\n"
@@ -169,7 +178,8 @@ def test_invalid_storage_section_is_exit_8(
     (base_dir / "triggerfish.yaml").write_text(yaml_text)
     result = cli("kv", "list")
     if message is None:  # no storage section can be found in a list: not ours to judge
-        assert result.exit_code == 0
+        assert result.exit_code == 7  # the default store, which does not exist here
+        assert "no Triggerfish store at" in result.stderr
         return
     assert result.exit_code == 8, result.stderr
     assert message in result.stderr

@@ -47,7 +47,7 @@ def test_logical_backup_of_every_backend_restores_into_an_empty_store(
     assert manifest["kind"] == ("physical" if store.backend == "sqlite" else "logical")
     archive, manifest = create(cli, store, "--logical", "--to", str(tmp_path / "backups"))
     assert manifest["kind"] == "logical" and manifest["backend"] == store.backend
-    assert manifest["keys"] == len(rows)
+    assert manifest["keys"] == len(rows) + 1  # and the audit record of the first backup
     assert archive.name.endswith(".jsonl.zst")
     assert cli("backup", "verify", str(archive)).exit_code == 0
 
@@ -59,7 +59,7 @@ def test_logical_backup_of_every_backend_restores_into_an_empty_store(
     assert run.exit_code == 0, run.stderr
     document = run.json()
     assert isinstance(document, dict) and document["mode"] == "empty"
-    assert document["written"] == len(rows)
+    assert document["written"] == len(rows) + 1  # with the first backup's audit record
     assert contents(store) == rows
 
     # and across: into a fresh SQLite file
@@ -279,6 +279,10 @@ def test_a_logical_restore_brings_the_memory_search_index_in_line(
     # a gateway store that already has its memory_fts tables, and other rows
     target = write_gateway_store(tmp_path / "gateway.db")
     run = cli("backup", "restore", str(archive), "--to", str(target), "--merge", "--yes")
+    assert run.exit_code == 4 and "is a backup of another store" in run.stderr
+    run = cli(
+        "backup", "restore", str(archive), "--to", str(target), "--merge", "--yes", "--other-store"
+    )
     assert run.exit_code == 0, run.stderr
     assert "memory search index" in run.stderr + run.stdout
     with sqlite3.connect(target) as conn:  # what the gateway's own search reads

@@ -91,6 +91,16 @@ def managed(path: Path, section: str) -> Path:
 
 
 @pytest.fixture
+def default_store(base_dir: Path) -> Path:
+    """The default SQLite store, made explicitly (no command creates it on its own)."""
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    path = base_dir / "data" / "triggerfish.db"
+    SqliteStorage(path, create=True).close()
+    return path
+
+
+@pytest.fixture
 def config(base_dir: Path, section: str) -> Path:
     path = managed(base_dir / "triggerfish.yaml", section)
     path.write_text(BASE_CONFIG)
@@ -493,7 +503,7 @@ def test_rollback_recreates_a_deleted_file(cli: CliFn, store: StoreHandle, confi
 
 
 def test_a_broken_file_still_finds_the_default_store(
-    cli: CliFn, config: Path, base_dir: Path
+    cli: CliFn, config: Path, base_dir: Path, default_store: Path
 ) -> None:
     ok(cli("config", "snapshot"))
     config.write_text(BASE_CONFIG + "  oops: [\n")
@@ -506,7 +516,7 @@ def test_a_broken_file_still_finds_the_default_store(
 
 
 def test_a_broken_file_with_a_storage_section_asks_for_the_store(
-    cli: CliFn, config: Path, base_dir: Path
+    cli: CliFn, config: Path, base_dir: Path, default_store: Path
 ) -> None:
     ok(cli("config", "snapshot"))
     config.write_text(BASE_CONFIG + "storage:\n  path: [\n")
@@ -889,7 +899,7 @@ def test_config_is_in_the_root_listing(cli: CliFn) -> None:
     assert "config" in listing and "Versions of triggerfish.yaml, and rollback." in listing
 
 
-def test_the_installed_script_rolls_back(tmp_path: Path, config: Path) -> None:
+def test_the_installed_script_rolls_back(tmp_path: Path, config: Path, default_store: Path) -> None:
     import shutil
     import subprocess
     import sys

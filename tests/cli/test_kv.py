@@ -345,15 +345,16 @@ def test_export_import_round_trip(cli: CliFn, gateway_db: Path, tmp_path: Path) 
     assert all(set(json.loads(line)) == {"key", "value"} for line in lines)
     assert dict((d["key"], d["value"]) for d in map(json.loads, lines)) == GATEWAY_ROWS
     assert "Hva er været" in exported.stdout  # non-ASCII unescaped
-    target = tmp_path / "copy.db"  # import creates a new store file
+    target = tmp_path / "copy.db"  # import never creates a store: made here first
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    SqliteStorage(target, create=True).close()
     # memory: records are never written through kv (see test_memory_cli: no write-down)
     rest = "".join(line + "\n" for line in lines if not line.startswith('{"key":"memory:'))
     result = cli("--db", str(target), "kv", "import", "-", "-f", "json", input=rest)
     assert result.exit_code == 0, result.stderr
     expected = {k: v for k, v in GATEWAY_ROWS.items() if not k.startswith("memory:")}
     assert result.json()["new"] == len(expected)
-    from triggerfish_cli.storage.sqlite import SqliteStorage
-
     copied = dict(SqliteStorage(target).scan())
     assert without_audit(copied) == expected
 

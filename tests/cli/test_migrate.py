@@ -79,7 +79,9 @@ def make_spot(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Spot
     return Spot(
         kind,
         str(yaml),
-        lambda: S3Storage(bucket, "tf", endpoint_url=s3.endpoint_url, region=s3.region),
+        lambda: S3Storage(
+            bucket, "tf", endpoint_url=s3.endpoint_url, region=s3.region, create=True
+        ),
     )
 
 

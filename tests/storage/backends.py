@@ -98,7 +98,11 @@ def _s3() -> Factory:
         if tmp_path not in buckets:
             buckets[tmp_path] = server.new_bucket()
         return S3Storage(
-            buckets[tmp_path], "store", endpoint_url=server.endpoint_url, region=server.region
+            buckets[tmp_path],
+            "store",
+            endpoint_url=server.endpoint_url,
+            region=server.region,
+            create=True,
         )
 
     return factory

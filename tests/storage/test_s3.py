@@ -29,7 +29,7 @@ def bucket(s3: S3) -> str:
 
 @pytest.fixture
 def store(s3: S3, bucket: str) -> Iterator[S3Storage]:
-    provider = open_store(s3, bucket)
+    provider = open_store(s3, bucket, create=True)
     yield provider
     provider.close()
 
@@ -86,7 +86,7 @@ def test_long_keys_on_a_real_server_behave_like_a_sorted_dict(
     s3: S3, bucket: str, ops: list[tuple[str, str, str]], prefix: str, after: str
 ) -> None:
     """A tiny name budget makes most keys long: listing, prefixes and resuming stay exact."""
-    provider = open_store(s3, bucket, name_limit=90)
+    provider = open_store(s3, bucket, name_limit=90, create=True)
     try:
         provider.clear()
         model: dict[str, str] = {}
@@ -116,7 +116,8 @@ def test_clear_keeps_objects_outside_the_prefix(s3: S3, bucket: str, store: S3St
     client.put_object(Bucket=bucket, Key="tf", Body=b"not under tf/")
     store.set_many((f"k{i}", "v") for i in range(1001))  # two DeleteObjects requests
     store.clear()
-    assert object_names(s3, bucket) == ["other/keep", "tf"]
+    # the store's identity object stays: the prefix is still a store, and the same one
+    assert object_names(s3, bucket) == ["other/keep", "tf", "tf/#tfadmin-store"]
 
 
 def test_foreign_objects_under_the_prefix_are_an_error(
@@ -163,6 +164,7 @@ def test_delete_many_counts_only_existing_keys_among_many(store: S3Storage) -> N
 
 
 def test_read_only_store_refuses_writes(s3: S3, bucket: str) -> None:
+    open_store(s3, bucket, create=True).close()
     provider = open_store(s3, bucket, read_only=True)
     for write in (
         lambda: provider.set("a", "1"),
@@ -173,7 +175,7 @@ def test_read_only_store_refuses_writes(s3: S3, bucket: str) -> None:
     ):
         with pytest.raises(RefusedError, match="read-only"):
             write()
-    assert object_names(s3, bucket) == []
+    assert object_names(s3, bucket) == ["tf/#tfadmin-store"]
 
 
 # -- configuration and failures through the CLI ------------------------------------------
@@ -191,6 +193,10 @@ def test_configured_store_through_the_cli(cli: CliFn, s3: S3, bucket: str, tmp_p
         f"  bucket: {bucket}\n  prefix: prod\n  endpoint_url: {s3.endpoint_url}\n"
         f"  region: {s3.region}\n",
     )
+    missing = cli("--config", yaml, "kv", "set", "a/b", '{"x":1}')
+    assert missing.exit_code == 7 and "nothing under the prefix" in missing.stderr
+    assert object_names(s3, bucket) == []  # no store made by a typo
+    open_store(s3, bucket, "prod", create=True).close()
     assert cli("--config", yaml, "kv", "set", "a/b", '{"x":1}').exit_code == 0
     assert cli("--config", yaml, "kv", "get", "a/b").stdout == '{"x":1}'
     assert "prod/a.2Fb" in object_names(s3, bucket)
@@ -303,7 +309,7 @@ def test_a_lease_is_not_a_key_and_is_gone_after_the_block(
         assert store.list() == ["a"] and store.count() == 1
         assert dict(store.scan()) == {"a": "1"}
         assert store.any_keys([("", None), ("a", "a")]) == [True, False]
-    assert object_names(s3, bucket) == ["tf/a"]
+    assert object_names(s3, bucket) == ["tf/#tfadmin-store", "tf/a"]
 
 
 def test_an_expired_lease_of_a_crashed_holder_is_taken_over(

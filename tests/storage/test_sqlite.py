@@ -92,10 +92,15 @@ def test_kv_table_with_other_columns_is_refused(tmp_path: Path) -> None:
         SqliteStorage(path)
 
 
-def test_empty_file_becomes_a_store(tmp_path: Path) -> None:
+def test_an_empty_file_is_no_store_until_one_is_made(tmp_path: Path) -> None:
+    from triggerfish_cli.errors import MissingStoreError
+
     path = tmp_path / "empty.db"
     path.touch()
-    store = SqliteStorage(path)
+    with pytest.raises(MissingStoreError, match="an empty file"):
+        SqliteStorage(path)
+    assert path.stat().st_size == 0  # opening wrote nothing
+    store = SqliteStorage(path, create=True)
     store.set("a", "b")
     assert store.get("a") == "b"
 

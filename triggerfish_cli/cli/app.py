@@ -49,6 +49,10 @@ GROUPS: dict[str, tuple[str, str]] = {
         "triggerfish_cli.cli.migrate",
         "Move a store to another backend, verified and resumable.",
     ),
+    "status": (
+        "triggerfish_cli.cli.status",
+        "Which store am I on, and who else is on it. Reads only.",
+    ),
 }
 
 
@@ -285,9 +289,9 @@ def root(
             "--db",
             envvar="TRIGGERFISH_DB",
             show_default=False,
-            help="SQLite store to work on "
-            "(default: $TRIGGERFISH_DATA_DIR/data/triggerfish.db, "
-            "else ~/.triggerfish/data/triggerfish.db).",
+            help="SQLite store to work on; it must exist (default: <base>/data/triggerfish.db, "
+            "<base> found as the gateway finds it: $TRIGGERFISH_DATA_DIR, else /data inside "
+            "Docker, else ~/.triggerfish).",
         ),
     ] = None,
     config: Annotated[
@@ -405,9 +409,17 @@ def root(
     choose_mode(live_writers)
     st = state(ctx)
     st.db, st.config, st.backend = db, config, backend
+    st.db_from = _given_by(ctx, "db", "--db", "TRIGGERFISH_DB")
+    st.backend_from = _given_by(ctx, "backend", "--backend", "TRIGGERFISH_BACKEND")
     st.fmt, st.quiet, st.debug = fmt.value, quiet, debug
     st.color = not no_color
     st.columns, st.wide, st.headers, st.totals = columns, wide, not no_headers, totals
+
+
+def _given_by(ctx: typer.Context, name: str, option: str, variable: str) -> str:
+    """``option``, or ``variable`` when the value came from the environment."""
+    source = ctx.get_parameter_source(name)
+    return variable if source == click.core.ParameterSource.ENVIRONMENT else option
 
 
 def main() -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from triggerfish_cli.cli import metrics
 from triggerfish_cli.cli.backup_options import (
+    AllStoresOpt,
     ArchiveArg,
     Compression,
     EndpointOpt,
@@ -16,7 +17,10 @@ from triggerfish_cli.cli.backup_options import (
     LatestOpt,
     ScratchOpt,
     destination,
+    none_of,
+    of_store,
     pick,
+    this_store,
 )
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
 from triggerfish_cli.cli.context import AppState, state
@@ -94,8 +98,8 @@ def create_cmd(
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     run = metrics.begin(ctx, "backup_create", metrics_file)
+    provider = st.provider()  # first: a store that does not exist leaves no directory behind
     dest = destination(to, endpoint_url, create=True)
-    provider = st.provider()
     with out.progress("backing up") as bar:
         created = create_backup(
             provider,
@@ -108,6 +112,8 @@ def create_cmd(
         )
     document = created.as_dict()
     metrics.backed_up(run, document)
+    for note in created.notes:
+        out.info(f"note: {note}")
     if verify:
         result = verify_in(dest, created.name)
         document["verified"] = result.as_dict()
@@ -131,13 +137,33 @@ def list_cmd(
     ctx: typer.Context,
     source: FromOpt = None,
     endpoint_url: EndpointOpt = None,
+    all_stores: AllStoresOpt = False,
     fmt: FormatOpt = None,
 ) -> None:
-    """The backups in a destination, oldest first: time, size, kind, label, verified state."""
+    """This store's backups in a destination, oldest first: time, size, kind, label, verified.
+
+    Each backup names the store it was made of (its id, else its host and
+    path); --all-stores lists every store's, grouped by store.
+    """
+    from triggerfish_cli.backup_stores import group_key
+
     st = state(ctx)
+    store = None if all_stores else this_store(st)
     dest = destination(source, endpoint_url)
-    entries = sorted(dest.entries(), key=lambda entry: (entry.created, entry.name))
-    show_entries(st.output(fmt_value(fmt)), entries, dest.describe())
+    listed = dest.entries()
+
+    def order(entry: Any) -> tuple[str, str, str]:
+        group = group_key(entry.manifest) if entry.manifest and all_stores else ""
+        return group, entry.created, entry.name
+
+    entries = sorted(of_store(listed, store), key=order)
+    where = dest.describe()
+    if store is not None:
+        others = len(listed) - len(entries)
+        where = f"{where} of {store.describe()}" + (
+            f" ({others} of other stores: --all-stores)" if others else ""
+        )
+    show_entries(st.output(fmt_value(fmt)), entries, where)
 
 
 @app.command("verify")
@@ -145,9 +171,12 @@ def verify_cmd(
     ctx: typer.Context,
     file: ArchiveArg = None,
     latest: LatestOpt = False,
-    all_: Annotated[bool, typer.Option("--all", help="Every backup in --from.")] = False,
+    all_: Annotated[
+        bool, typer.Option("--all", help="Every backup of this store in --from.")
+    ] = False,
     source: FromOpt = None,
     endpoint_url: EndpointOpt = None,
+    all_stores: AllStoresOpt = False,
     scratch: ScratchOpt = None,
     metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
@@ -157,22 +186,27 @@ def verify_cmd(
 
     Exit 5 naming what failed; exit 8 for a file that is no backup (or a
     broken manifest); exit 3 when it does not exist. The verdict shows in
-    backup list.
+    backup list. --all and --latest take this store's backups (with
+    --all-stores: every store's).
     """
     from triggerfish_cli.backup_verify import check, verify_in
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     run = metrics.begin(ctx, "backup_verify", metrics_file)
+    store = None if all_stores or file else this_store(st)
     if all_:
         if file or latest:
             raise UsageError("--all verifies every backup: no FILE or --latest with it")
         dest = destination(source, endpoint_url)
-        names = [entry.name for entry in dest.entries()]
+        listed = dest.entries()
+        names = [entry.name for entry in of_store(listed, store)]
         if not names:
+            if store is not None:
+                raise none_of(store, dest, listed)
             raise NotFoundError(f"{dest.describe()}: no backups")
     else:
-        dest, name = pick(file, latest, source, endpoint_url)
+        dest, name = pick(file, latest, source, endpoint_url, store)
         names = [name]
     results = []
     with out.progress("verifying") as bar:
@@ -230,6 +264,14 @@ def restore_cmd(
         bool,
         typer.Option("--force", help="Restore even while another process has the store open."),
     ] = False,
+    other_store: Annotated[
+        bool,
+        typer.Option(
+            "--other-store",
+            help="Restore FILE even though it is a backup of another store (by default "
+            "refused, exit 4, unless the target is empty).",
+        ),
+    ] = False,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,
@@ -237,13 +279,16 @@ def restore_cmd(
 ) -> None:
     """Verify a backup, restore it into a scratch file, check it, swap it in atomically.
 
-    The replaced store is kept as <db>.pre-restore-<time>; --undo puts it
+    --latest is the newest backup of the target store; a backup of another
+    store is refused (exit 4) over a store that holds keys, unless
+    --other-store. The backup used is named, in the dry run too. The
+    replaced store is kept as <db>.pre-restore-<time>; --undo puts it
     back. Refused (exit 6) while another process has the store open, unless
     --force. A logical backup (or a non-SQLite store) loads key by key:
     into an empty store, or with --replace (all or nothing) or --merge.
     A failed restore leaves the store as it was.
     """
-    from triggerfish_cli.cli.backup_restore import run_restore, run_undo
+    from triggerfish_cli.cli.backup_restore import run_restore, run_undo, target_store
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -255,14 +300,23 @@ def restore_cmd(
             raise UsageError("--undo applies to a SQLite store (give --db or --to)")
         run_undo(out, target, force=force, yes=yes, dry_run=dry_run)
         return
-    dest, name = pick(file, latest, source, endpoint_url)
+    target = _sqlite_target(st, to)
+    store = target_store(st, target)
+    dest, name = pick(file, latest, source, endpoint_url, store)
     run_restore(
         st,
         out,
         dest,
         name,
-        _sqlite_target(st, to),
-        options={"replace": replace, "merge": merge, "force": force, "yes": yes},
+        target,
+        store=store,
+        options={
+            "replace": replace,
+            "merge": merge,
+            "force": force,
+            "yes": yes,
+            "other_store": other_store,
+        },
         dry_run=dry_run,
     )
 
@@ -291,6 +345,14 @@ def prune_cmd(
     ] = 0,
     source: FromOpt = None,
     endpoint_url: EndpointOpt = None,
+    all_stores: Annotated[
+        bool,
+        typer.Option(
+            "--all-stores",
+            help="Prune every store's backups in --from, the policy applied to each store "
+            "separately (default: only this store's backups are looked at).",
+        ),
+    ] = False,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     metrics_file: MetricsOpt = None,
@@ -299,18 +361,24 @@ def prune_cmd(
 ) -> None:
     """Delete the backups no keep rule keeps (restic's rules, UTC); show why each stays.
 
-    An empty policy is refused (exit 2). The newest verified backup and
-    unreadable files are never deleted.
+    Only this store's backups are pruned: another store's in the same
+    destination are never deleted (--all-stores: each store's by the same
+    policy, separately). An empty policy is refused (exit 2). The newest
+    verified backup of each store and unreadable files are never deleted.
     """
-    from triggerfish_cli.backup_prune import KeepPolicy, plan_prune
+    from triggerfish_cli.backup_prune import KeepPolicy, plan_prune, plan_prune_by_store
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     policy = KeepPolicy(keep_last, keep_daily, keep_weekly, keep_monthly)
     policy.check()
     run = None if dry_run else metrics.begin(ctx, "backup_prune", metrics_file)
+    store = None if all_stores else this_store(st)
     dest = destination(source, endpoint_url)
-    plan = plan_prune(dest.entries(), policy)
+    if store is None:
+        plan = plan_prune_by_store(dest.entries(), policy)
+    else:
+        plan = plan_prune(of_store(dest.entries(), store), policy)
     deletes = plan.deletes
     if dry_run or not deletes:
         metrics.pruned(run, 0, len(plan.decisions))

@@ -11,7 +11,9 @@ import typer
 from triggerfish_cli.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup_dest import Destination
+    from triggerfish_cli.backup_dest import Destination, Entry
+    from triggerfish_cli.backup_stores import StoreRef
+    from triggerfish_cli.cli.context import AppState
 
 
 class Compression(str, enum.Enum):
@@ -47,7 +49,17 @@ ArchiveArg = Annotated[
         show_default=False,
     ),
 ]
-LatestOpt = Annotated[bool, typer.Option("--latest", help="The newest backup in --from.")]
+LatestOpt = Annotated[
+    bool, typer.Option("--latest", help="The newest backup of this store in --from.")
+]
+AllStoresOpt = Annotated[
+    bool,
+    typer.Option(
+        "--all-stores",
+        help="Every store's backups in --from, not only this store's "
+        "(the store of --db/--config/--backend).",
+    ),
+]
 ScratchOpt = Annotated[
     Path | None,
     typer.Option(
@@ -67,10 +79,44 @@ def destination(spec: str | None, endpoint_url: str | None, *, create: bool = Fa
     return open_destination(spec, endpoint_url=endpoint_url, create=create)
 
 
+def this_store(st: AppState) -> StoreRef:
+    """The store the command is on, as backups name it; one that does not exist (or
+    cannot be reached) is known by its place alone. Reads only."""
+    from triggerfish_cli.backup_stores import ref_of, ref_of_missing
+    from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError
+
+    config = st.storage_config()
+    try:
+        return ref_of(st.provider())
+    except MissingStoreError:
+        return ref_of_missing(config, exists=False)
+    except BackendUnavailableError:
+        return ref_of_missing(config, exists=None)
+
+
+def of_store(entries: list[Entry], store: StoreRef | None) -> list[Entry]:
+    """The entries of ``store`` (None: all); unreadable ones are in every list."""
+    from triggerfish_cli.backup_stores import same_store
+
+    if store is None:
+        return entries
+    return [e for e in entries if e.manifest is None or same_store(e.manifest, store)]
+
+
+def none_of(store: StoreRef, dest: Destination, entries: list[Entry]) -> NotFoundError:
+    others = len([e for e in entries if e.manifest is not None])
+    hint = f"{others} backup(s) of other stores there: --all-stores to see them" if others else None
+    return NotFoundError(f"{dest.describe()}: no backups of {store.describe()}", hint=hint)
+
+
 def pick(
-    file: str | None, latest: bool, source: str | None, endpoint_url: str | None
+    file: str | None,
+    latest: bool,
+    source: str | None,
+    endpoint_url: str | None,
+    store: StoreRef | None = None,
 ) -> tuple[Destination, str]:
-    """The destination and archive name a FILE or --latest designates."""
+    """The destination and archive name a FILE or --latest (of ``store``) designates."""
     from triggerfish_cli.backup_dest import LocalDestination
 
     if file and latest:
@@ -85,8 +131,11 @@ def pick(
     if not latest:
         raise UsageError("which backup? give a FILE or --latest")
     dest = destination(source, endpoint_url)
-    entries = [entry for entry in dest.entries() if entry.manifest is not None]
+    listed = dest.entries()
+    entries = [entry for entry in of_store(listed, store) if entry.manifest is not None]
     if not entries:
+        if store is not None:
+            raise none_of(store, dest, listed)
         raise NotFoundError(f"{dest.describe()}: no backups")
     newest = max(entries, key=lambda entry: (entry.created, entry.name))
     return dest, newest.name

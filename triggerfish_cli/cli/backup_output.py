@@ -13,11 +13,21 @@ if TYPE_CHECKING:
     from triggerfish_cli.backup_verify import Verified
 
 
+def _with_store(row: dict[str, Any], entry: Entry, out: Output) -> dict[str, Any]:
+    """The table shows each backup's store by a short name (JSON has the whole source)."""
+    if out.fmt != "table":
+        return row
+    from triggerfish_cli.backup_stores import label
+
+    return {**row, "store": label(entry.manifest)}
+
+
 def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
     out.rows(
-        (entry.as_dict() for entry in entries),
+        (_with_store(entry.as_dict(), entry, out) for entry in entries),
         [
             Column("created", "created"),
+            Column("store", "store"),
             Column("name", "name"),
             Column("kind", "kind"),
             Column("size", "size", "right", render=human_bytes),
@@ -54,9 +64,13 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
     if out.quiet and not dry_run:  # -q: nothing on success (cron)
         return
     out.rows(
-        document["backups"],
+        [
+            _with_store(row, decision.entry, out)
+            for row, decision in zip(document["backups"], plan.decisions, strict=True)
+        ],
         [
             Column("created", "created"),
+            Column("store", "store"),
             Column("name", "name"),
             Column("verified", "verified"),
             Column("action", "action"),
@@ -78,12 +92,15 @@ def show_restore(out: Output, document: dict[str, Any]) -> None:
     for line in document.get("checks", []):
         out.line(f"ok: {line}")
     prefix = "would restore" if document.get("dry_run") else "restored"
+    backup = document.get("backup")
     if document.get("mode"):
         out.line(
-            f"{prefix} {document.get('keys')} key(s) of the backup of {document.get('created')} "
-            f"into {document['target']} ({document['mode']}): {document.get('written', 0)} "
-            f"written, {document.get('deleted', 0)} deleted"
+            f"{prefix} {document.get('keys')} key(s) of {backup or 'the backup'} "
+            f"({document.get('created')}) into {document['target']} ({document['mode']}): "
+            f"{document.get('written', 0)} written, {document.get('deleted', 0)} deleted"
         )
+    elif backup:
+        out.line(f"{prefix} {backup} ({document.get('created')}) as {document['target']}")
     else:
         out.line(f"{prefix} {document['target']}")
     if document.get("kept"):

@@ -6,12 +6,55 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli.cli.backup_output import show_restore
-from triggerfish_cli.errors import InvalidDataError, TriggerfishError
+from triggerfish_cli.errors import InvalidDataError, RefusedError, TriggerfishError
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup_dest import Destination
+    from triggerfish_cli.backup_stores import StoreRef
     from triggerfish_cli.cli.context import AppState
     from triggerfish_cli.cli.output import Output
+
+
+def target_store(st: AppState, target: Path | None) -> StoreRef:
+    """The store a restore would replace, as backups name it (opened read-only, closed)."""
+    from triggerfish_cli.backup_stores import ref_of, ref_of_missing
+    from triggerfish_cli.cli.backup_options import this_store
+    from triggerfish_cli.errors import MissingStoreError
+    from triggerfish_cli.settings import StorageConfig
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    if target is None:
+        config = st.storage_config()
+        if config.backend != "sqlite":
+            return this_store(st)
+        target = config.path
+        assert target is not None
+    place = StorageConfig("sqlite", path=target)
+    try:
+        store = SqliteStorage(target, read_only=True)
+    except MissingStoreError:
+        return ref_of_missing(place)
+    except TriggerfishError:  # damaged (what a restore is for): known by its place alone
+        return ref_of_missing(place, exists=None)
+    try:
+        return ref_of(store)
+    finally:
+        store.close()
+
+
+def check_store(manifest: Any, name: str, store: StoreRef, *, other_store: bool) -> None:
+    """Refuse (exit 4) to put another store's backup over a store that holds keys."""
+    from triggerfish_cli.backup_stores import manifest_ref, same_store
+
+    if other_store or store.empty or same_store(manifest, store):
+        return
+    source = manifest_ref(manifest)
+    host = f" on {manifest.host}" if manifest.host else ""
+    raise RefusedError(
+        f"{name} is a backup of another store, {source.describe()}{host}, "
+        f"not of {store.describe()}: nothing restored",
+        hint="pass --other-store to put it over this store anyway",
+    )
 
 
 def run_restore(
@@ -21,17 +64,27 @@ def run_restore(
     name: str,
     target: Path | None,
     *,
+    store: StoreRef,
     options: dict[str, bool],
     dry_run: bool,
 ) -> None:
+    from triggerfish_cli.backup_stores import manifest_ref
+
     entry = dest.entry(name)
     if entry.manifest is None:
         raise InvalidDataError(entry.error or f"{name}: not a backup")
     manifest = entry.manifest
+    check_store(manifest, name, store, other_store=options["other_store"])
+    named = {"backup": name, "backup_store": manifest_ref(manifest).as_dict()}
+    if not out.quiet and out.fmt == "table":
+        out.info(
+            f"backup {name}: {manifest.kind}, {manifest.keys} keys, made {manifest.created} "
+            f"of {manifest_ref(manifest).describe()}"
+        )
     if manifest.kind == "physical" and target is not None:
-        _physical(out, dest, name, target, manifest, options, dry_run)
+        _physical(out, dest, name, target, manifest, store, named, options, dry_run)
     else:
-        _logical(st, out, dest, name, target, manifest, options, dry_run)
+        _logical(st, out, dest, name, target, manifest, store, named, options, dry_run)
 
 
 def _physical(
@@ -40,10 +93,13 @@ def _physical(
     name: str,
     target: Path,
     manifest: Any,
+    store: StoreRef,
+    named: dict[str, Any],
     options: dict[str, bool],
     dry_run: bool,
 ) -> None:
     from triggerfish_cli.backup_restore import PRE_RESTORE, check_not_open, restore_physical
+    from triggerfish_cli.backup_stores import new_identity
 
     force = options["force"]
     check_not_open(target, force)
@@ -52,6 +108,7 @@ def _physical(
         show_restore(
             out,
             {
+                **named,
                 "target": str(target),
                 "kept": keep,
                 "created": manifest.created,
@@ -69,8 +126,15 @@ def _physical(
             what="the restore",
         )
     with out.progress("restoring") as bar, dest.local_copy(name, target.parent) as path:
-        result = restore_physical(path, name, target, force=force, progress=bar)
-    show_restore(out, result.as_dict())
+        result = restore_physical(
+            path,
+            name,
+            target,
+            force=force,
+            progress=bar,
+            store_id=new_identity(manifest, store),
+        )
+    show_restore(out, {**named, **result.as_dict()})
 
 
 def _logical(
@@ -80,12 +144,31 @@ def _logical(
     name: str,
     target: Path | None,
     manifest: Any,
+    store: StoreRef,
+    named: dict[str, Any],
     options: dict[str, bool],
     dry_run: bool,
 ) -> None:
     from triggerfish_cli.backup_dest import temp_dir
     from triggerfish_cli.backup_restore import load_logical, load_mode, safety_backup
+    from triggerfish_cli.backup_stores import new_identity
 
+    if dry_run and store.exists is False:  # nothing made by a dry run
+        show_restore(
+            out,
+            {
+                **named,
+                "target": store.source,
+                "mode": "empty",
+                "written": 0,
+                "deleted": 0,
+                "created": manifest.created,
+                "keys": manifest.keys,
+                "checks": [],
+                "dry_run": True,
+            },
+        )
+        return
     if target is not None:
         from triggerfish_cli.storage.sqlite import SqliteStorage
 
@@ -93,7 +176,7 @@ def _logical(
         # writers for each short transaction: no need to refuse an open store.
         provider: Any = st.keep(SqliteStorage(target, create=True))
     else:
-        provider = st.provider(create=True)
+        provider = st.provider(create=True)  # a restore into an empty target makes it
     mode = load_mode(
         provider, replace=options["replace"], merge=options["merge"], force=options["force"]
     )
@@ -101,6 +184,7 @@ def _logical(
         show_restore(
             out,
             {
+                **named,
                 "target": provider.describe(),
                 "mode": mode,
                 "written": 0,
@@ -129,7 +213,15 @@ def _logical(
             temp_dir(dest.scratch_dir(), "restore") as work,
             dest.local_copy(name, work) as path,
         ):
-            result = load_logical(path, name, provider, mode, scratch=work, on_progress=bar.advance)
+            result = load_logical(
+                path,
+                name,
+                provider,
+                mode,
+                scratch=work,
+                on_progress=bar.advance,
+                store_id=new_identity(manifest, store),
+            )
     except (TriggerfishError, KeyboardInterrupt):
         if kept:
             out.info(
@@ -137,7 +229,7 @@ def _logical(
                 f"`triggerfish-admin backup restore {kept} --replace --yes`"
             )
         raise
-    show_restore(out, {**result.as_dict(), "kept": kept})
+    show_restore(out, {**named, **result.as_dict(), "kept": kept})
 
 
 def run_undo(out: Output, target: Path, *, force: bool, yes: bool, dry_run: bool) -> None:

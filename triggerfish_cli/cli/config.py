@@ -62,7 +62,12 @@ def _provider(st: AppState, out: Output) -> StorageProvider:
     with a warning either way.
     """
     from triggerfish_cli.config_storage import fallback_settings
-    from triggerfish_cli.errors import InvalidDataError, NotFoundError, TriggerfishError
+    from triggerfish_cli.errors import (
+        InvalidDataError,
+        MissingStoreError,
+        NotFoundError,
+        TriggerfishError,
+    )
 
     try:
         st.storage_config()
@@ -71,7 +76,10 @@ def _provider(st: AppState, out: Output) -> StorageProvider:
         settings, from_block = fallback_settings(st.config_path, store_named=named)
         st.use_settings(settings)
         if not from_block:
-            provider = st.provider()
+            try:
+                provider = st.provider()
+            except MissingStoreError:
+                raise exc from None  # no default store to fall back on: the file's error
             out.warn(f"{exc.message}; working on {provider.describe()} without it")
             return provider
         try:

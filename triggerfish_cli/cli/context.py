@@ -21,6 +21,9 @@ class AppState:
     db: Path | None = None
     config: Path | None = None
     backend: str | None = None
+    #: Where --db and --backend came from: the option, or its environment variable.
+    db_from: str = "--db"
+    backend_from: str = "--backend"
     fmt: str = "table"
     quiet: bool = False
     color: bool = True
@@ -48,10 +51,20 @@ class AppState:
     def storage_config(self) -> StorageConfig:
         from triggerfish_cli.storage.factory import resolve_storage
 
-        return resolve_storage(self.settings(), db=self.db, backend=self.backend)
+        return resolve_storage(
+            self.settings(),
+            db=self.db,
+            backend=self.backend,
+            db_from=self.db_from,
+            backend_from=self.backend_from,
+        )
 
     def provider(self, *, create: bool = False) -> StorageProvider:
-        """Open the store once per invocation; it is closed when the command ends."""
+        """Open the store once per invocation; it is closed when the command ends.
+
+        A store that does not exist is exit 7 naming it and how it was chosen;
+        only ``create`` (demo create, a restore into an empty target) makes one.
+        """
         if self._providers:
             return self._providers[0]  # type: ignore[no-any-return]
         from triggerfish_cli.storage.factory import open_provider

@@ -489,9 +489,7 @@ def import_cmd(
             raise NotFoundError(f"{source}: no such file") from None
         except UnicodeDecodeError:
             raise InvalidDataError(f"{source}: not UTF-8 text") from None
-    result = kv.import_items(
-        st.provider(create=True), items, dry_run=dry_run, origin=source
-    ).as_dict()
+    result = kv.import_items(st.provider(), items, dry_run=dry_run, origin=source).as_dict()
     verb = "would import" if dry_run else "imported"
     out.outcome(
         result,

@@ -85,13 +85,9 @@ def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
     params = ctx.find_root().params
     st = AppState(db=params.get("db"), config=params.get("config"), backend=params.get("backend"))
     try:
-        import dataclasses
-
         from triggerfish_cli.config_versions import version_numbers
-        from triggerfish_cli.storage.factory import open_provider
 
-        config = dataclasses.replace(st.storage_config(), create_if_missing=False)
-        numbers = version_numbers(st.keep(open_provider(config)))
+        numbers = version_numbers(st.provider())
     except Exception:  # completion must never print a traceback into the shell
         return []
     finally:

@@ -2,23 +2,30 @@
 
 Precedence, first match wins:
 
-1. ``--db PATH``: SQLite at that path (it must exist).
-2. ``--backend NAME``: that backend, with the settings of the ``storage:``
-   section when it names the same backend.
+1. ``--db PATH`` (or ``TRIGGERFISH_DB``): SQLite at that path.
+2. ``--backend NAME`` (or ``TRIGGERFISH_BACKEND``): that backend, with the
+   settings of the ``storage:`` section when it names the same backend.
 3. The ``storage:`` section of ``triggerfish.yaml``.
-4. SQLite at ``<base>/data/triggerfish.db``, created with the gateway's schema
-   when it is missing.
+4. SQLite at ``<base>/data/triggerfish.db``, ``<base>`` found as the gateway
+   finds it (``paths.py``: ``TRIGGERFISH_DATA_DIR``, Docker's ``/data``,
+   ``$HOME/.triggerfish``).
+
+A store is never created here unless the caller asks (``create=True``:
+``demo create``, ``migrate`` into its target, a restore into an empty
+target). A store that does not exist is a :class:`MissingStoreError`
+(exit 7) naming the place and how it was chosen.
 """
 
 from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import UsageError
-from triggerfish_cli.paths import default_db_path
+from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError, UsageError
+from triggerfish_cli.paths import db_path_in, resolve_base
 from triggerfish_cli.settings import (
     Settings,
     StorageConfig,
@@ -36,9 +43,29 @@ _OPENERS: dict[str, str] = {
     "s3": "triggerfish_cli.storage.s3:open_config",
 }
 
+#: Python modules of the optional extras: module -> (what it supports, extra).
+EXTRAS: dict[str, tuple[str, str]] = {
+    "psycopg": ("PostgreSQL", "postgres"),
+    "psycopg_binary": ("PostgreSQL", "postgres"),
+    "boto3": ("S3", "s3"),
+    "botocore": ("S3", "s3"),
+    "s3transfer": ("S3", "s3"),
+}
+
 
 def register_opener(backend: str, target: str) -> None:
     _OPENERS[backend] = target
+
+
+def missing_extra(exc: ModuleNotFoundError) -> BackendUnavailableError | None:
+    """The exit-7 error for a client library of an extra that is not installed."""
+    top = (exc.name or "").partition(".")[0]
+    if top not in EXTRAS:
+        return None
+    what, extra = EXTRAS[top]
+    return BackendUnavailableError(
+        f"{what} support is not installed: pip install 'triggerfish-admin[{extra}]'"
+    )
 
 
 def resolve_storage(
@@ -47,8 +74,14 @@ def resolve_storage(
     db: Path | None = None,
     backend: str | None = None,
     env: Mapping[str, str] | None = None,
+    db_from: str = "--db",
+    backend_from: str = "--backend",
 ) -> StorageConfig:
-    """Decide which store a command works on (see the module docstring)."""
+    """Decide which store a command works on (see the module docstring).
+
+    ``db_from``/``backend_from`` name where ``db``/``backend`` came from (the
+    option or its environment variable), for messages.
+    """
     if backend is not None and backend not in known_backends():
         raise UsageError(f"unknown backend {backend!r} (known: {', '.join(known_backends())})")
     if db is not None:
@@ -56,26 +89,42 @@ def resolve_storage(
             raise UsageError(
                 f"--db names a SQLite file; it cannot be used with --backend {backend}"
             )
-        return StorageConfig("sqlite", path=db, options=_sqlite_defaults(settings), source="--db")
+        return StorageConfig(
+            "sqlite",
+            path=db,
+            options=_sqlite_defaults(settings),
+            source="--db",
+            chosen_by=f"from {db_from}",
+        )
     section = settings.storage_section()
     if section is not None:
         configured, options = parse_storage_section(section, settings.path)
         if backend is None or backend == configured:
             path = options.pop("path", None)
+            where = f"the storage: section of {settings.path}"
+            if backend is not None:
+                where = f"{backend_from} {backend} and {where}"
             if configured == "sqlite" and path is None:
+                base = resolve_base(env)
                 return StorageConfig(
                     "sqlite",
-                    path=default_db_path(env),
+                    path=db_path_in(base.path),
                     options=options,
                     source="config",
-                    create_if_missing=True,
+                    chosen_by=f"from {where}, at the gateway's path: base {base.describe()}",
                 )
-            return StorageConfig(configured, path=path, options=options, source="config")
+            if configured == "sqlite":
+                where = f"storage.path in {settings.path}"
+            return StorageConfig(
+                configured, path=path, options=options, source="config", chosen_by=f"from {where}"
+            )
     if backend is None or backend == "sqlite":
-        return StorageConfig(
-            "sqlite", path=default_db_path(env), source="default", create_if_missing=True
-        )
-    return StorageConfig(backend, source="--backend")
+        base = resolve_base(env)
+        how = base.describe()
+        if backend is not None:
+            how = f"{backend_from} sqlite; base {how}"
+        return StorageConfig("sqlite", path=db_path_in(base.path), source="default", chosen_by=how)
+    return StorageConfig(backend, source="--backend", chosen_by=f"from {backend_from} {backend}")
 
 
 def _sqlite_defaults(settings: Settings) -> dict[str, Any]:
@@ -88,12 +137,34 @@ def _sqlite_defaults(settings: Settings) -> dict[str, Any]:
 
 
 def open_provider(config: StorageConfig, *, create: bool = False) -> StorageProvider:
-    """Open the store ``config`` describes. ``create`` makes a missing SQLite file."""
+    """Open the store ``config`` describes; ``create`` makes it when it does not exist.
+
+    A missing store is a :class:`MissingStoreError` naming how it was
+    chosen; a missing client library (an extra not installed) is exit 7
+    with the ``pip install`` that fixes it.
+    """
     module_name, _, function = _OPENERS[config.backend].partition(":")
-    opener: Callable[[StorageConfig, bool], StorageProvider] = getattr(
-        importlib.import_module(module_name), function
-    )
-    return opener(config, create)
+    try:
+        opener: Callable[[StorageConfig, bool], StorageProvider] = getattr(
+            importlib.import_module(module_name), function
+        )
+        return opener(config, create)
+    except ModuleNotFoundError as exc:
+        error = missing_extra(exc)
+        if error is None:
+            raise
+        raise error from None
+    except MissingStoreError as exc:
+        if not config.chosen_by:
+            raise
+        raise MissingStoreError(_missing_message(exc.message, config), hint=exc.hint) from None
+
+
+def _missing_message(message: str, config: StorageConfig) -> str:
+    text = f"{message} ({config.chosen_by})"
+    if config.backend == "sqlite" and config.source in ("default", "config"):
+        text += "; the gateway creates it on first start"
+    return text
 
 
 def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
@@ -102,7 +173,7 @@ def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
     assert config.path is not None
     return SqliteStorage(
         config.path,
-        create=create or config.create_if_missing,
+        create=create,
         busy_timeout_ms=int(config.options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS)),
         live_writers=config.options.get("live_writers"),
     )
@@ -112,3 +183,8 @@ def _open_memory(config: StorageConfig, create: bool) -> StorageProvider:
     from triggerfish_cli.storage.in_memory import MemoryStorage
 
     return MemoryStorage()
+
+
+def without_source(config: StorageConfig) -> StorageConfig:
+    """``config`` with no "how chosen" (its own messages only)."""
+    return replace(config, chosen_by="")

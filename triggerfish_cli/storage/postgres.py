@@ -45,6 +45,7 @@ from triggerfish_cli.errors import (
     BackendUnavailableError,
     BusyError,
     InvalidDataError,
+    MissingStoreError,
     RefusedError,
     TriggerfishError,
     UsageError,
@@ -74,7 +75,7 @@ if TYPE_CHECKING:
 COPY_THRESHOLD = 64
 
 
-class NoStoreError(BackendUnavailableError):
+class NoStoreError(MissingStoreError):
     """The schema has no kv table (and the store was not to be created)."""
 
 
@@ -263,8 +264,9 @@ class PostgresStorage(BaseStorage):
         if oid is None:
             if not create:
                 raise NoStoreError(
-                    f"{self.describe()}: no store there (schema {self.schema!r} has no kv table)",
-                    hint="check storage.schema; `migrate --to` or `kv import` creates it",
+                    f"no Triggerfish store in schema {self.schema!r} of {self._server} "
+                    "(it has no kv table)",
+                    hint="check storage.schema; `migrate --to` makes a store there",
                 )
             from psycopg import sql
 
@@ -300,6 +302,43 @@ class PostgresStorage(BaseStorage):
                 f'{self.describe()}: kv.key has collation {columns["key"][1]!r}, not "C": '
                 "prefixes and key order would be wrong",
                 hint=f'ALTER TABLE {self.table} ALTER COLUMN key TYPE text COLLATE "C"',
+            )
+
+    # -- identity (storage/identity.py) ------------------------------------------
+
+    def _id_table(self) -> tuple[str, str]:
+        from psycopg import sql
+
+        from triggerfish_cli.storage.identity import ID_TABLE
+
+        name = sql.Identifier(self.schema, ID_TABLE).as_string(self.connection)
+        return name, name.replace("%", "%%")
+
+    def store_id(self) -> str | None:
+        """This store's id, from ``<schema>.tfadmin_store``; None when never recorded."""
+        name, quoted = self._id_table()
+        with self.errors("read the store's id"):
+            row = self.connection.execute("SELECT to_regclass(%s)::oid", (name,)).fetchone()
+            if row is None or row[0] is None:
+                return None
+            found = self.connection.execute(
+                f"SELECT value FROM {quoted} WHERE name = 'id'"
+            ).fetchone()
+        return None if found is None else str(found[0])
+
+    def record_store_id(self, candidate: str) -> None:
+        """Record ``candidate`` as the id, unless one is there already (first one wins)."""
+        from triggerfish_cli.serialization import now_iso
+
+        _, quoted = self._id_table()
+        with self.errors("record the store's id"), self.connection.transaction():
+            self.connection.execute(
+                f"CREATE TABLE IF NOT EXISTS {quoted} (name text PRIMARY KEY, value text NOT NULL)"
+            )
+            self.connection.execute(
+                f"INSERT INTO {quoted} (name, value) VALUES ('id', %s), ('created', %s) "
+                "ON CONFLICT (name) DO NOTHING",
+                (candidate, now_iso()),
             )
 
     def _ensure_stage(self) -> bool:

@@ -40,6 +40,7 @@ from triggerfish_cli.errors import (
     BackendUnavailableError,
     BusyError,
     InvalidDataError,
+    MissingStoreError,
     NotFoundError,
     RefusedError,
     TriggerfishError,
@@ -64,6 +65,8 @@ from triggerfish_cli.storage.s3_keys import Entry, KeyCodec, frame, unframe
 
 #: Lease (lock) objects start with this; listings of keys skip them.
 LEASE_MARK = "#"
+#: The object holding the store's identity (storage/identity.py).
+STORE_MARK = f"{LEASE_MARK}tfadmin-store"
 
 _T = TypeVar("_T")
 _R = TypeVar("_R")
@@ -93,6 +96,7 @@ def open_config(config: StorageConfig, create: bool) -> S3Storage:
         region=options.get("region"),
         read_only=bool(options.get("read_only", False)),
         connect_timeout=int(options.get("connect_timeout", CONNECT_TIMEOUT)),
+        create=create,
     )
 
 
@@ -117,7 +121,11 @@ class S3Storage(BaseStorage):
         workers: int = DEFAULT_WORKERS,
         name_limit: int | None = None,
         connect_timeout: int = CONNECT_TIMEOUT,
+        create: bool = False,
+        as_store: bool = True,
     ) -> None:
+        """``as_store``: the prefix must hold a store (its identity object or any key),
+        or is made one with ``create``; False: plain object access (backups)."""
         self.bucket = check_bucket(bucket, "bucket")
         self.prefix = normalize_prefix(prefix, "prefix")
         # boto3 also takes the endpoint from the environment: name it in messages,
@@ -139,6 +147,18 @@ class S3Storage(BaseStorage):
         probe = self._make_client(self.endpoint_url, region, connect_timeout, connect_timeout, 1)
         with self.errors("open"):
             probe.head_bucket(Bucket=self.bucket)
+            if as_store:
+                listed = probe.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        if as_store and not listed.get("Contents"):
+            if not create or read_only:
+                raise MissingStoreError(
+                    f"no Triggerfish store at {self._where()} (nothing under the prefix)",
+                    hint="check storage.bucket and storage.prefix; `migrate --to` makes a "
+                    "store there",
+                )
+            from triggerfish_cli.storage.identity import new_id
+
+            self.record_store_id(new_id())
 
     # -- plumbing ---------------------------------------------------------------
 
@@ -231,6 +251,38 @@ class S3Storage(BaseStorage):
         if code in ("PreconditionFailed", "412", "ConditionalRequestConflict"):
             return _PreconditionFailed(f"{where}: {message}")
         return TriggerfishError(f"{where}: {code}: {message}")
+
+    # -- identity (storage/identity.py) ----------------------------------------------
+
+    def store_id(self) -> str | None:
+        """This store's id, from its ``#tfadmin-store`` object; None when never recorded."""
+        import json
+
+        found = self._read(STORE_MARK)
+        if found is None:
+            return None
+        try:
+            data = json.loads(found[0])
+        except ValueError:
+            return None
+        value = data.get("id") if isinstance(data, dict) else None
+        return value if isinstance(value, str) and value else None
+
+    def record_store_id(self, candidate: str) -> None:
+        """Put the identity object unless it exists (If-None-Match: first one wins)."""
+        import json
+
+        from triggerfish_cli.serialization import now_iso
+
+        self._check_writable()
+        body = json.dumps({"id": candidate, "created": now_iso()}).encode()
+        try:
+            with self.errors("record the store's id"):
+                self.client.put_object(
+                    Bucket=self.bucket, Key=self._object(STORE_MARK), Body=body, IfNoneMatch="*"
+                )
+        except _PreconditionFailed:
+            pass
 
     def _check_writable(self) -> None:
         if self.read_only:

@@ -1,0 +1,324 @@
+"""``status``: which store am I on, and who else is on it. Reads only.
+
+:func:`collect` returns a :class:`StatusReport` (one structured document,
+``as_dict()`` is the JSON of ``status --format json``); the command only
+renders it. Checks with thresholds (issue 20) evaluate a report; they need
+no second look at the store.
+
+What it holds:
+
+- the store: backend; its path, DSN (never a password: the DSN check
+  refuses them) or bucket and prefix; how it was chosen (``--db``, an
+  environment variable, the ``storage:`` section, the gateway's default and
+  which of its rules); whether it exists; its id (storage/identity.py);
+- SQLite: file size, WAL size, journal mode, whether it can only be read
+  here; the live writers the write gate would pause (pid, command, user,
+  whether we may signal them);
+- the gateway's daemon: ``<base>/daemon.json`` (its start time) and the
+  processes that have that file open (or its pid, alive);
+- from our audit records: the last sweep and the last backup; the newest
+  backup of this store in the default destination;
+- memory index drift (counts, as ``memory reindex --dry-run`` finds them,
+  over every level; never a key or content), and the config versions held.
+
+A part that cannot be read (a broken audit record, a backup directory we
+may not list) is a note, never a failure; a store that does not exist is
+reported (``exists: false``) and the command then exits 7.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli.errors import MissingStoreError, TriggerfishError
+from triggerfish_cli.paths import BaseDir, resolve_base
+from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.provider import StorageProvider
+
+#: Audit hooks whose newest record status shows.
+SWEEP_HOOK = "admin_retention_sweep"
+BACKUP_HOOK = "admin_backup_create"
+#: Fields of daemon.json that may hold the daemon's start time, in order of preference.
+START_FIELDS = ("startedAt", "started_at", "startTime", "start_time", "started", "start")
+
+
+@dataclass
+class StatusReport:
+    backend: str
+    location: str
+    chosen_by: str
+    base_dir: dict[str, str]
+    exists: bool = False
+    store_id: str | None = None
+    #: Why the store could not be opened (it does not exist: exit 7).
+    error: str | None = None
+    read_only: bool | None = None
+    keys: int | None = None
+    sqlite: dict[str, Any] | None = None
+    live_writers: list[dict[str, Any]] | None = None
+    daemon: dict[str, Any] | None = None
+    last_sweep: dict[str, Any] | None = None
+    last_backup: dict[str, Any] | None = None
+    newest_backup: dict[str, Any] | None = None
+    memory_index: dict[str, Any] | None = None
+    config_versions: dict[str, Any] | None = None
+    notes: list[str] = field(default_factory=list)
+    #: The error of a store that does not exist (the command exits 7 with it).
+    missing: MissingStoreError | None = field(default=None, repr=False)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "location": self.location,
+            "chosen_by": self.chosen_by,
+            "base_dir": self.base_dir,
+            "exists": self.exists,
+            "store_id": self.store_id,
+            "error": self.error,
+            "read_only": self.read_only,
+            "keys": self.keys,
+            "sqlite": self.sqlite,
+            "live_writers": self.live_writers,
+            "daemon": self.daemon,
+            "last_sweep": self.last_sweep,
+            "last_backup": self.last_backup,
+            "newest_backup": self.newest_backup,
+            "memory_index": self.memory_index,
+            "config_versions": self.config_versions,
+            "notes": self.notes,
+        }
+
+
+def location_of(config: StorageConfig) -> str:
+    """The path, DSN (no password: refused by the DSN check) or bucket/prefix."""
+    if config.backend == "sqlite" and config.path is not None:
+        return str(config.path)
+    options = config.options
+    if config.backend == "postgres":
+        from triggerfish_cli.storage.remote_settings import DEFAULT_SCHEMA
+
+        dsn = options.get("dsn") or "(the libpq environment)"
+        return f"{dsn} schema {options.get('schema', DEFAULT_SCHEMA)}"
+    if config.backend == "s3":
+        where = f"s3://{options.get('bucket', '')}/{options.get('prefix', '')}"
+        endpoint = options.get("endpoint_url")
+        return f"{where} at {endpoint}" if endpoint else where
+    return config.backend
+
+
+def collect(
+    config: StorageConfig,
+    opener: Callable[[], StorageProvider],
+    *,
+    base: BaseDir | None = None,
+    backups: Path | None = None,
+) -> StatusReport:
+    """The report of the store ``config`` names, opened (read only) by ``opener``.
+
+    ``backups``: the default backup directory (default ``<base>/backups/store``).
+    """
+    base = base or resolve_base()
+    report = StatusReport(
+        config.backend,
+        location_of(config),
+        config.chosen_by,
+        {"path": str(base.path), "chosen_by": base.chosen_by},
+    )
+    report.daemon = _part(report, "daemon", lambda: daemon_state(base.path / "daemon.json"))
+    try:
+        provider = opener()
+    except MissingStoreError as exc:
+        report.error, report.missing = exc.message, exc
+        return report
+    report.exists = True
+    from triggerfish_cli.storage.identity import read_id
+
+    report.store_id = _part(report, "store id", lambda: read_id(provider))
+    report.keys = _part(report, "keys", provider.count)
+    if provider.backend == "sqlite":
+        _sqlite_parts(report, provider)
+    report.last_sweep = _part(report, "audit", lambda: last_records(provider)[0])
+    report.last_backup = _part(report, "audit", lambda: last_records(provider)[1])
+    backups = backups if backups is not None else base.path / "backups" / "store"
+    report.newest_backup = _part(report, "backups", lambda: newest_backup(provider, backups))
+    report.memory_index = _part(report, "memory index", lambda: memory_drift(provider))
+    report.config_versions = _part(report, "config versions", lambda: config_versions(provider))
+    return report
+
+
+def _part(report: StatusReport, what: str, read: Callable[[], Any]) -> Any:
+    """One part of the report; a failure is a note (the rest is still worth showing)."""
+    try:
+        return read()
+    except TriggerfishError as exc:
+        report.notes.append(f"{what}: {exc.message}")
+    except OSError as exc:
+        report.notes.append(f"{what}: {exc.strerror or exc}")
+    return None
+
+
+def _sqlite_parts(report: StatusReport, provider: Any) -> None:
+    path: Path = provider.path
+
+    def files() -> dict[str, Any]:
+        wal = Path(f"{path}-wal")
+        with provider.errors("journal mode"):
+            mode = provider.connection.execute("PRAGMA journal_mode").fetchone()[0]
+        return {
+            "path": os.path.realpath(path),
+            "size": path.stat().st_size,
+            "wal_size": wal.stat().st_size if wal.exists() else 0,
+            "journal_mode": str(mode).lower(),
+        }
+
+    report.read_only = bool(getattr(provider, "read_only", False))
+    report.sqlite = _part(report, "files", files)
+
+    def writers() -> list[dict[str, Any]]:
+        from triggerfish_cli.storage.live_writers import live_writers
+
+        return [writer.as_dict() for writer in live_writers(path)]
+
+    report.live_writers = _part(report, "live writers", writers)
+
+
+# -- the parts ---------------------------------------------------------------------------
+
+
+def daemon_state(path: Path) -> dict[str, Any]:
+    """What ``daemon.json`` says, and whether a process of the daemon is there."""
+    state: dict[str, Any] = {
+        "file": str(path),
+        "exists": path.is_file(),
+        "started": None,
+        "pid": None,
+        "running": False,
+        "processes": [],
+    }
+    if not state["exists"]:
+        return state
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if isinstance(data, dict):
+        state["started"] = next(
+            (str(data[name]) for name in START_FIELDS if data.get(name) is not None), None
+        )
+        pid = data.get("pid")
+        state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
+    from triggerfish_cli.storage.live_writers import process_table
+
+    table = process_table()
+    processes: set[int] = set()
+    if table is not None:
+        processes.update(table.openers(table.pids(), [os.path.realpath(path)]))
+    if state["pid"] is not None and _alive(state["pid"]):
+        processes.add(state["pid"])
+    state["processes"] = sorted(processes)
+    state["running"] = bool(processes)
+    return state
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there, but not ours to signal
+    return True
+
+
+def last_records(
+    provider: StorageProvider,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """The newest audit records of a sweep and of a backup (keys sort by time)."""
+    newest: dict[str, str] = {}
+    for key in provider.scan_keys("audit:", batch_size=5000):
+        for hook in (SWEEP_HOOK, BACKUP_HOOK):
+            if key.endswith(f":{hook}"):
+                newest[hook] = key
+    return _record(provider, newest.get(SWEEP_HOOK)), _record(provider, newest.get(BACKUP_HOOK))
+
+
+_RECORD_FIELDS = (
+    "timestamp",
+    "user",
+    "host",
+    "store",
+    "target",
+    "counts",
+    "name",
+    "destination",
+    "kind",
+    "label",
+)
+
+
+def _record(provider: StorageProvider, key: str | None) -> dict[str, Any] | None:
+    if key is None:
+        return None
+    value = provider.get(key)
+    found: dict[str, Any] = {"key": key}
+    with contextlib.suppress(ValueError, TypeError):
+        data = json.loads(value or "")
+        if isinstance(data, dict):
+            found.update({name: data[name] for name in _RECORD_FIELDS if name in data})
+    return found
+
+
+def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] | None:
+    """The newest backup of this store in ``directory``, and how many it holds."""
+    from triggerfish_cli.backup_dest import LocalDestination
+    from triggerfish_cli.backup_stores import ref_of, same_store
+
+    if not directory.is_dir():
+        return None
+    store = ref_of(provider)
+    entries = LocalDestination(directory).entries()
+    ours = [e for e in entries if e.manifest is not None and same_store(e.manifest, store)]
+    if not ours:
+        return {"destination": str(directory), "backups": 0, "others": len(entries)}
+    newest = max(ours, key=lambda entry: (entry.created, entry.name))
+    return {
+        "destination": str(directory),
+        "backups": len(ours),
+        "others": len(entries) - len(ours),
+        "name": newest.name,
+        "created": newest.created,
+        "kind": newest.manifest.kind if newest.manifest else None,
+        "keys": newest.manifest.keys if newest.manifest else None,
+        "verified": newest.verified,
+    }
+
+
+def memory_drift(provider: StorageProvider) -> dict[str, Any]:
+    """Index drift over every level, as ``memory reindex --dry-run`` (counts only)."""
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory_index import index_for
+
+    drift = index_for(provider).check(list(Level), agent=None)
+    counts = drift.as_dict()
+    counts.pop("samples", None)
+    counts["to_fix"] = drift.to_fix
+    return counts
+
+
+def config_versions(provider: StorageProvider) -> dict[str, Any]:
+    from triggerfish_cli.config_versions import version_numbers
+
+    numbers = version_numbers(provider)
+    return {
+        "count": len(numbers),
+        "oldest": numbers[0] if numbers else None,
+        "newest": numbers[-1] if numbers else None,
+    }
