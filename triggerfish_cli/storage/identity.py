@@ -72,14 +72,20 @@ def ensure_id(provider: StorageProvider, candidate: str | None = None) -> str:
 
 def _record_sqlite(provider: Any, candidate: str) -> None:
     from triggerfish_cli.serialization import now_iso
+    from triggerfish_cli.storage.write_gate import FreezeTooLong
 
     rows = [("id", candidate), ("created", now_iso())]
-
-    def record(conn: Any) -> None:  # one short transaction through the write gate
-        conn.execute(ID_TABLE_SQL)
-        conn.executemany(f"INSERT OR IGNORE INTO {ID_TABLE} (name, value) VALUES (?, ?)", rows)
-
-    provider.write(record, "record the store's id")
+    for attempt in range(3):  # one short transaction through the write gate
+        try:
+            with provider.transaction("record the store's id") as conn:
+                conn.execute(ID_TABLE_SQL)
+                conn.executemany(
+                    f"INSERT OR IGNORE INTO {ID_TABLE} (name, value) VALUES (?, ?)", rows
+                )
+            return
+        except FreezeTooLong:  # a hiccup cut the freeze short: try again
+            if attempt == 2:
+                raise
 
 
 def short(store_id: str | None) -> str:
