@@ -297,11 +297,11 @@ def test_progress_on_a_terminal_has_count_percent_and_eta(demo: Store) -> None:
         ["--db", str(db), "backup", "create", "--to", str(backup)], 100, demo.env
     )
     assert "snapshot" in created.raw and "%" in created.raw, created.raw[-2000:]
-    checked = run_in_terminal(
-        ["backup", "verify", "--latest", "--from", str(backup)], 100, demo.env
+    checked = run_in_terminal(  # --latest: the newest backup of this store (--db)
+        ["--db", str(db), "backup", "verify", "--latest", "--from", str(backup)], 100, demo.env
     )
     assert "checking triggerfish-" in checked.raw and "%" in checked.raw, checked.raw[-2000:]
     assert "integrity check of" in checked.raw
     # off a terminal: no progress at all
-    piped = _run(demo, "backup", "verify", "--latest", "--from", str(backup))
+    piped = _run(demo, "--db", str(db), "backup", "verify", "--latest", "--from", str(backup))
     assert "checking" not in piped.stderr and "%" not in piped.stderr

@@ -79,7 +79,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"{P} backup create --verify --label nightly",
         f"{P} backup create --to s3://bucket/tf/ -f json",
     ),
-    "backup list": (f"{P} backup list", f"{P} backup list --from s3://bucket/tf/ -f json"),
+    "backup list": (f"{P} backup list", f"{P} backup list --from s3://bucket/tf/ --all-stores"),
     "backup verify": (f"{P} backup verify --latest", f"{P} backup verify --all"),
     "backup restore": (
         f"{P} backup restore --latest --dry-run",
@@ -93,6 +93,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"{P} migrate --from ~/.triggerfish/data/triggerfish.db --to pg.yaml --dry-run",
         f"{P} migrate --from old.db --to new.db --yes",
     ),
+    "status": (f"{P} status", f"{P} status -f json | jq '.live_writers'"),
     "help": (f"{P} help kv list", f"{P} help --json | jq '.commands[].name'"),
     "completion": (f"{P} completion bash > ~/.local/share/bash-completion/completions/{P}",),
 }

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -184,7 +183,3 @@ def _open_memory(config: StorageConfig, create: bool) -> StorageProvider:
 
     return MemoryStorage()
 
-
-def without_source(config: StorageConfig) -> StorageConfig:
-    """``config`` with no "how chosen" (its own messages only)."""
-    return replace(config, chosen_by="")

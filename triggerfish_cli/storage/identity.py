@@ -87,7 +87,3 @@ def _record_sqlite(provider: Any, candidate: str) -> None:
             if attempt == 2:
                 raise
 
-
-def short(store_id: str | None) -> str:
-    """The first 8 characters, for tables (JSON always has the whole id)."""
-    return store_id[:8] if store_id else ""
