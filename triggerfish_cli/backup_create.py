@@ -39,7 +39,7 @@ from triggerfish_cli.backup_archive import (
 )
 from triggerfish_cli.backup_dest import Destination, temp_dir
 from triggerfish_cli.backup_snapshot import stream_snapshot
-from triggerfish_cli.errors import UsageError
+from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.memory import LEVELS_BY_NAME
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso

@@ -84,7 +84,7 @@ def two(tmp_path: Path) -> tuple[Store, Store]:
 
 def test_identity_is_written_by_the_first_write_and_stays(tmp_path: Path) -> None:
     store = Store(write_gateway_store(tmp_path / "s" / "data" / "triggerfish.db"), tmp_path / "b")
-    for read in (["kv", "list"], ["kv", "namespaces"], ["status"], ["backup", "list"]):
+    for read in (["kv", "list", "sessions:"], ["kv", "namespaces"], ["status"], ["backup", "list"]):
         store.ok(*read)
     assert store.store_id() is None  # nothing but reads: no id yet
     store.ok("kv", "set", "x:1", '"y"')

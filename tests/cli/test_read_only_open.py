@@ -27,11 +27,13 @@ from tests.helpers.gateway import write_gateway_store
 
 SCRIPT = Path(sys.executable).parent / "triggerfish-admin"
 
+#: Commands that only read. (Reading memory rows above PUBLIC, through memory
+#: commands or the raw kv view, writes its audit record by the taint rules: a write.)
 READS = [
     ["kv", "namespaces"],
-    ["kv", "list"],
+    ["kv", "list", "sessions:"],
     ["kv", "get", "main-session-id"],
-    ["kv", "export"],
+    ["kv", "export", "conv:"],
     ["retention", "plan"],
     ["memory", "list"],
     ["config", "history"],
