@@ -188,7 +188,9 @@ def s3_pair(s3: Any) -> Iterator[Callable[[], tuple[Any, Any]]]:
 
     def make() -> tuple[Any, Any]:
         pair = tuple(
-            S3Storage(s3.new_bucket(), "tf/", endpoint_url=s3.endpoint_url, region=s3.region)
+            S3Storage(
+                s3.new_bucket(), "tf/", endpoint_url=s3.endpoint_url, region=s3.region, create=True
+            )
             for _ in range(2)
         )
         opened.extend(pair)

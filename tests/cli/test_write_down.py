@@ -81,7 +81,9 @@ def test_restore_merge_refuses_rows_whose_key_and_record_disagree(
     )
     assert made.exit_code == 0, made.stderr
     archive = tmp_path / "b" / json.loads(made.stdout)["name"]  # type: ignore[index]
-    done = cli("--db", str(target), "backup", "restore", str(archive), "--merge", "--yes")
+    done = cli(  # a backup of another store (the crafted one): --other-store to get that far
+        "--db", str(target), "backup", "restore", str(archive), "--merge", "--yes", "--other-store"
+    )
     assert done.exit_code == 4, done.stderr
     assert CRAFTED[case][0] in done.stderr
     assert contents(target) == before

@@ -76,11 +76,6 @@ def run_restore(
     manifest = entry.manifest
     check_store(manifest, name, store, other_store=options["other_store"])
     named = {"backup": name, "backup_store": manifest_ref(manifest).as_dict()}
-    if not out.quiet and out.fmt == "table":
-        out.info(
-            f"backup {name}: {manifest.kind}, {manifest.keys} keys, made {manifest.created} "
-            f"of {manifest_ref(manifest).describe()}"
-        )
     if manifest.kind == "physical" and target is not None:
         _physical(out, dest, name, target, manifest, store, named, options, dry_run)
     else:
@@ -120,7 +115,7 @@ def _physical(
         return
     if target.exists():
         out.confirm(
-            f"Replace {target} with the backup of {manifest.created} ({manifest.keys} keys)? "
+            f"Replace {target} with {name} (made {manifest.created}, {manifest.keys} keys)? "
             f"The current store is kept as {keep}.",
             yes=options["yes"],
             what="the restore",
@@ -199,7 +194,7 @@ def _logical(
     if mode != "empty":
         what = "replace every key of" if mode == "replace" else "merge the backup into"
         out.confirm(
-            f"{what} {provider.describe()} ({manifest.keys} keys from the backup of "
+            f"{what} {provider.describe()} ({manifest.keys} keys from {name}, made "
             f"{manifest.created})?",
             yes=options["yes"],
             what="the restore",
