@@ -170,6 +170,45 @@ def test_sqlite_paths_keep_working(tmp_path: Path) -> None:
         assert (tmp_path / spec).is_file()
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("memory", "--to memory: not a store location"),
+        ("restored", "--to restored: not a store location"),
+        ("postgresql://postgres@127.0.0.1/test", "backup restore --to takes a SQLite file"),
+        ("s3://bucket/prefix", "backup restore --to takes a SQLite file"),
+    ],
+)
+def test_backup_restore_to_takes_a_sqlite_path_in_migrates_form(
+    tmp_path: Path, spec: str, message: str
+) -> None:
+    source = write_gateway_store(tmp_path / "src.db", {"k:1": '"v"'})
+    made = run(
+        "--db", str(source), "backup", "create", "--to", str(tmp_path / "b"), env=clean_env()
+    )
+    assert made.returncode == 0, made.stderr
+    before = tree(tmp_path)
+    result = run(
+        "--db", str(source), "backup", "restore", "--latest", "--from", str(tmp_path / "b"),
+        "--to", spec, "--yes", env=clean_env(), cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
+    assert result.stderr.count("\n") == 1
+    assert tree(tmp_path) == before  # no ./memory, ./restored, nothing restored anywhere
+    # The same backup, named, restores into a path in migrate's form.
+    (archive,) = (tmp_path / "b").iterdir()
+    result = run(
+        "backup", "restore", str(archive), "--to", "./restored.db", "--yes",
+        env=clean_env(), cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    query = "SELECT key, value FROM kv WHERE key NOT LIKE 'audit:%' ORDER BY key"
+    restored = sqlite3.connect(tmp_path / "restored.db").execute(query).fetchall()
+    assert ("k:1", '"v"') in restored
+    assert restored == sqlite3.connect(source).execute(query).fetchall()
+
+
 # -- the Docker rule -------------------------------------------------------------------
 
 needs_fakeroot = pytest.mark.skipif(

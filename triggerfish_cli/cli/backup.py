@@ -217,16 +217,32 @@ def verify_cmd(
     check(results)
 
 
-def _sqlite_target(st: AppState, to: Path | None) -> Path | None:
-    """The SQLite file a restore replaces (symlinks resolved), None when the store is not SQLite."""
+def _sqlite_target(st: AppState, to: str | None) -> Path | None:
+    """The SQLite file a restore replaces (symlinks resolved), None when the store is not SQLite.
+
+    ``--to`` takes a SQLite path in migrate's form (a ``/`` in it or a
+    ``.db``/``.sqlite``/``.sqlite3`` name); a bare word is refused, and so is a
+    Postgres or S3 location (restore into those through --config/--backend).
+    """
     import os
 
     if to is None:
         config = st.storage_config()
         if config.backend != "sqlite" or config.path is None:
             return None
-        to = config.path
-    return Path(os.path.realpath(to.expanduser()))
+        path = config.path
+    else:
+        from triggerfish_cli.locations import parse_location
+
+        config = parse_location(to, "to")
+        if config.backend != "sqlite" or config.path is None:
+            raise UsageError(
+                f"--to {to}: backup restore --to takes a SQLite file",
+                hint="restore into a Postgres or S3 store through the store of the command "
+                "(--config, or --backend and its settings)",
+            )
+        path = config.path
+    return Path(os.path.realpath(path.expanduser()))
 
 
 @app.command("restore")
@@ -237,11 +253,12 @@ def restore_cmd(
     source: FromOpt = None,
     endpoint_url: EndpointOpt = None,
     to: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--to",
             metavar="PATH",
-            help="The SQLite file to restore into (default: the store of --db/--config).",
+            help="The SQLite file to restore into, a path with a / in it or a .db/.sqlite "
+            "name (default: the store of --db/--config); a bare word is refused.",
             show_default=False,
         ),
     ] = None,
