@@ -85,6 +85,30 @@ def timed(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> list[fl
     return times
 
 
+def interleaved(
+    fns: dict[str, Callable[[], object]], repeat: int = 5, warmup: int = 1, seed: int = 7
+) -> dict[str, list[float]]:
+    """Wall times of each of ``fns``, run in rounds, in a random order in each round.
+
+    A job and its limit measured this way see the same state of the machine
+    (page cache, memory, other load): each run of ours sits beside a run of
+    the limit, never after a block of other work (BENCH-NOTES.md).
+    """
+    import random
+
+    order = list(fns)
+    rng = random.Random(seed)
+    times: dict[str, list[float]] = {name: [] for name in order}
+    for round_ in range(warmup + repeat):
+        rng.shuffle(order)
+        for name in order:
+            started = time.perf_counter()
+            fns[name]()
+            if round_ >= warmup:
+                times[name].append(time.perf_counter() - started)
+    return times
+
+
 def median(values: list[float]) -> float:
     return statistics.median(values)
 
@@ -106,9 +130,12 @@ def report(
     """Print medians and the ratio ours/limit against the target; True when met."""
     ratio = median(ours) / median(limit)
     ok = ratio <= target if lower_is_better else ratio >= target
+    paired = len(ours) == len(limit)
+    spread = sorted(a / b for a, b in zip(ours, limit, strict=True)) if paired else []
+    between = f"  (runs {spread[0]:.2f}-{spread[-1]:.2f}x)" if len(spread) > 1 else ""
     print(
         f"{name:<48} ours {median(ours):8.3f}{unit}  limit {median(limit):8.3f}{unit}  "
         f"ratio {ratio:5.2f}x  target {'<=' if lower_is_better else '>='} {target}x  "
-        f"{'OK' if ok else 'MISSED'}"
+        f"{'OK' if ok else 'MISSED'}{between}"
     )
     return ok
