@@ -14,6 +14,20 @@ The payload is a SQLite database (``kind: physical``) or JSON Lines, one
 format of ``kv export``). The manifest is written last, so it can hold the
 payload's sha256 and size computed while the payload streamed out; it is
 read from the end of the file without reading the payload.
+
+An encrypted archive (``...<ext>.age``, format version 2) is laid out the
+same way with two encrypted parts before its trailer::
+
+    payload            the compressed stream, age-encrypted (one age stream)
+    sealed manifest    the version-1 manifest above, age-encrypted on its own
+    manifest           the outer manifest: only what list, prune and a keyless
+                       verify need (format, time, store id, kind, compression,
+                       the recipients' fingerprints, the size and sha256 of
+                       both encrypted parts); no counts, no names, no paths
+    length, magic      as above
+
+The sealed manifest's ``payload_*`` fields are those of the compressed
+stream inside the encryption; the outer ones, of the encrypted bytes.
 """
 
 from __future__ import annotations
@@ -37,6 +51,9 @@ from triggerfish_cli.errors import InvalidDataError, VerificationError
 
 FORMAT = "triggerfish-backup"
 FORMAT_VERSION = 1
+#: The outer manifest of an encrypted archive.
+SEALED_FORMAT_VERSION = 2
+ENCRYPTED_EXTENSION = ".age"
 MAGIC = b"TFBKMAN1"
 TRAILER = struct.Struct("<Q8s")
 ZSTD_SKIPPABLE = struct.Struct("<II")
@@ -51,17 +68,20 @@ KIND_EXTENSIONS = {"physical": ".db", "logical": ".jsonl"}
 #: ``triggerfish-2026-11-30T01-22-33.123Z[-N].db.zst`` and the like.
 NAME_RE = re.compile(
     r"^triggerfish-(?P<time>\d{4}-\d\d-\d\dT\d\d-\d\d-\d\d\.\d{3}Z)(?:-\d+)?"
-    r"(?P<kind>\.db|\.jsonl)(?P<comp>\.zst|\.gz)?$"
+    r"(?P<kind>\.db|\.jsonl)(?P<comp>\.zst|\.gz)?(?P<enc>\.age)?$"
 )
 DEFAULT_ZSTD_LEVEL = 1
 DEFAULT_GZIP_LEVEL = 6
 
 
-def archive_name(created: str, kind: str, compression: str, serial: int = 0) -> str:
+def archive_name(
+    created: str, kind: str, compression: str, serial: int = 0, *, encrypted: bool = False
+) -> str:
     """The file name of a backup created at ``created`` (the ISO ...Z form)."""
     stamp = created.replace(":", "-")
     suffix = f"-{serial}" if serial else ""
-    return f"triggerfish-{stamp}{suffix}{KIND_EXTENSIONS[kind]}{EXTENSIONS[compression]}"
+    sealed = ENCRYPTED_EXTENSION if encrypted else ""
+    return f"triggerfish-{stamp}{suffix}{KIND_EXTENSIONS[kind]}{EXTENSIONS[compression]}{sealed}"
 
 
 def is_archive_name(name: str) -> bool:
@@ -96,8 +116,50 @@ class Manifest:
     host: str | None = None
     tool_version: str = __version__
     format_version: int = FORMAT_VERSION
+    #: Encrypted archives: the recipients' fingerprints (backup_crypt.fingerprint).
+    recipients: list[str] | None = None
+    #: The outer manifest only (an encrypted archive not opened): its contents,
+    #: counts, source, label are unknown; ``payload_*`` are of the encrypted bytes.
+    sealed: bool = False
+    #: The outer manifest only: size and sha256 of the encrypted manifest.
+    sealed_bytes: int = 0
+    sealed_sha256: str = ""
+    #: An opened encrypted archive: its outer manifest.
+    outer: Manifest | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def encrypted(self) -> bool:
+        return self.recipients is not None
+
+    @property
+    def archive_sha256(self) -> str:
+        """The sha256 that names this very archive (of the encrypted bytes when encrypted)."""
+        return (self.outer or self).payload_sha256
+
+    def outer_dict(self) -> dict[str, Any]:
+        """The outer manifest of an encrypted archive: nothing of its contents."""
+        return {
+            "format": FORMAT,
+            "format_version": SEALED_FORMAT_VERSION,
+            "tool_version": self.tool_version,
+            "encrypted": True,
+            "kind": self.kind,
+            "created": self.created,
+            "store_id": self.store_id,
+            "compression": self.compression,
+            "recipients": list(self.recipients or []),
+            "payload_bytes": self.payload_bytes,
+            "payload_sha256": self.payload_sha256,
+            "manifest_bytes": self.sealed_bytes,
+            "manifest_sha256": self.sealed_sha256,
+        }
 
     def as_dict(self) -> dict[str, Any]:
+        if self.sealed:
+            return self.outer_dict()
+        extra: dict[str, Any] = {}
+        if self.outer is not None:
+            extra = {"encrypted": True, "recipients": list(self.recipients or [])}
         return {
             "format": FORMAT,
             "format_version": self.format_version,
@@ -120,6 +182,7 @@ class Manifest:
             "namespaces": dict(sorted(self.namespaces.items())),
             "memories": dict(sorted(self.memories.items())),
             **({"frames": self.frames} if self.frames is not None else {}),
+            **extra,
         }
 
     @classmethod
@@ -127,6 +190,8 @@ class Manifest:
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise InvalidDataError(f"{origin}: not a triggerfish-admin backup manifest")
         version = data.get("format_version")
+        if version == SEALED_FORMAT_VERSION and data.get("encrypted") is True:
+            return cls._outer(data, origin)
         if version != FORMAT_VERSION:
             raise InvalidDataError(
                 f"{origin}: backup format version {version!r} is not supported "
@@ -185,6 +250,58 @@ class Manifest:
             format_version=version,
         )
 
+    @classmethod
+    def _outer(cls, data: dict[str, Any], origin: str) -> Manifest:
+        def need(name: str, kind: type) -> Any:
+            value = data.get(name)
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise InvalidDataError(f"{origin}: manifest field {name!r} is missing or invalid")
+            return value
+
+        kind, compression = need("kind", str), need("compression", str)
+        if kind not in KINDS or compression not in COMPRESSIONS:
+            raise InvalidDataError(f"{origin}: manifest names an unknown kind or compression")
+        for name in ("payload_sha256", "manifest_sha256"):
+            if not re.fullmatch(r"[0-9a-f]{64}", need(name, str)):
+                raise InvalidDataError(f"{origin}: manifest field {name!r} is invalid")
+        recipients = need("recipients", list)
+        if not recipients or not all(isinstance(r, str) and r for r in recipients):
+            raise InvalidDataError(f"{origin}: manifest field 'recipients' is invalid")
+        sizes = [need(name, int) for name in ("payload_bytes", "manifest_bytes")]
+        if min(sizes) <= 0:
+            raise InvalidDataError(f"{origin}: the manifest's sizes are invalid")
+        return cls(
+            kind=kind,
+            created=need("created", str),
+            source="",
+            backend="",
+            compression=compression,
+            payload_bytes=sizes[0],
+            payload_sha256=data["payload_sha256"],
+            store_id=_optional_text(data, "store_id", origin),
+            tool_version=str(data.get("tool_version", "")),
+            format_version=SEALED_FORMAT_VERSION,
+            recipients=recipients,
+            sealed=True,
+            sealed_bytes=sizes[1],
+            sealed_sha256=data["manifest_sha256"],
+        )
+
+    def opened(self, inner: Manifest) -> Manifest:
+        """The sealed manifest ``inner`` of this outer one, as the archive's manifest."""
+        if (inner.kind, inner.created, inner.compression, inner.store_id) != (
+            self.kind,
+            self.created,
+            self.compression,
+            self.store_id,
+        ):
+            raise InvalidDataError(
+                "the sealed manifest does not match the outer one (kind, time, store)"
+            )
+        inner.recipients = self.recipients
+        inner.outer = self
+        return inner
+
 
 def _optional_text(data: dict[str, Any], name: str, origin: str) -> str | None:
     """A field older backups do not have: absent or null is None."""
@@ -194,10 +311,15 @@ def _optional_text(data: dict[str, Any], name: str, origin: str) -> str | None:
     return value
 
 
+def manifest_json(manifest: Manifest) -> bytes:
+    return json.dumps(manifest.as_dict(), ensure_ascii=False, indent=1).encode("utf-8")
+
+
 def trailer_bytes(manifest: Manifest) -> bytes:
-    body = json.dumps(manifest.as_dict(), ensure_ascii=False, indent=1).encode("utf-8")
+    """The trailer of ``manifest`` (the outer one when it is sealed)."""
+    body = manifest_json(manifest)
     tail = body + TRAILER.pack(len(body), MAGIC)
-    if manifest.compression == "zstd":
+    if manifest.compression == "zstd" and not manifest.sealed:
         return ZSTD_SKIPPABLE.pack(ZSTD_SKIPPABLE_MAGIC, len(tail)) + tail
     return tail
 
@@ -221,6 +343,8 @@ def read_manifest_tail(size: int, read_range: Callable[[int, int], bytes], origi
         raise InvalidDataError(f"{origin}: the manifest is not valid JSON ({exc})") from None
     manifest = Manifest.from_dict(data, origin)
     framing = ZSTD_SKIPPABLE.size if manifest.compression == "zstd" else 0
+    if manifest.sealed:
+        framing = manifest.sealed_bytes
     payload = size - TRAILER.size - length - framing
     if payload != manifest.payload_bytes:
         raise InvalidDataError(
@@ -249,6 +373,69 @@ def read_manifest(path: Path) -> Manifest:
         raise InvalidDataError(f"{path}: a directory, not a backup") from None
     except OSError as exc:
         raise InvalidDataError(f"{path}: cannot read: {exc.strerror}") from None
+
+
+def sealed_outer(
+    inner: Manifest, payload: HashingWriter, sealed: bytes, recipients: list[str]
+) -> Manifest:
+    """The outer manifest of an encrypted archive whose payload went through ``payload``."""
+    return Manifest(
+        kind=inner.kind,
+        created=inner.created,
+        source="",
+        backend="",
+        compression=inner.compression,
+        payload_bytes=payload.count,
+        payload_sha256=payload.sha.hexdigest(),
+        store_id=inner.store_id,
+        recipients=recipients,
+        sealed=True,
+        sealed_bytes=len(sealed),
+        sealed_sha256=hashlib.sha256(sealed).hexdigest(),
+    )
+
+
+def open_sealed(
+    outer: Manifest, read_range: Callable[[int, int], bytes], identities: Any, origin: str
+) -> Manifest:
+    """The whole manifest of an encrypted archive: its sealed part, checked and decrypted.
+
+    Damage is exit 5; a key that opens none of it, exit 4 (backup_crypt.unseal).
+    """
+    from triggerfish_cli.backup_crypt import unseal
+
+    sealed = read_range(outer.payload_bytes, outer.sealed_bytes)
+    if hashlib.sha256(sealed).hexdigest() != outer.sealed_sha256:
+        raise VerificationError(
+            f"{origin}: the encrypted manifest's sha256 is not the one recorded "
+            "(the archive is damaged)"
+        )
+    body = unseal(sealed, identities, origin, outer.recipients or [])
+    try:
+        data = json.loads(body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise InvalidDataError(f"{origin}: the sealed manifest is not valid JSON ({exc})") from None
+    inner = Manifest.from_dict(data, origin)
+    if inner.sealed:
+        raise InvalidDataError(f"{origin}: the sealed manifest is itself sealed")
+    try:
+        return outer.opened(inner)
+    except InvalidDataError as exc:
+        raise InvalidDataError(f"{origin}: {exc.message}") from None
+
+
+def open_file_manifest(path: Path, identities: Any, origin: str | None = None) -> Manifest:
+    """The manifest of a local archive; an encrypted one opened with ``identities``."""
+    manifest = read_manifest(path)
+    if not manifest.sealed or identities is None:
+        return manifest
+    with path.open("rb") as handle:
+
+        def read_range(offset: int, length: int) -> bytes:
+            handle.seek(offset)
+            return handle.read(length)
+
+        return open_sealed(manifest, read_range, identities, origin or str(path))
 
 
 # -- streams ------------------------------------------------------------------------

@@ -35,8 +35,11 @@ from triggerfish_cli.backup_archive import (
     ZstdFrames,
     archive_name,
     compress_stream,
+    manifest_json,
+    sealed_outer,
     trailer_bytes,
 )
+from triggerfish_cli.backup_crypt import Recipient
 from triggerfish_cli.backup_dest import Destination, temp_dir
 from triggerfish_cli.backup_snapshot import stream_snapshot
 from triggerfish_cli.errors import TriggerfishError, UsageError
@@ -183,6 +186,7 @@ def create_backup(
     on_progress: Callable[[int], None] | None = None,
     progress: Reporter | None = None,
     record: bool = True,
+    recipients: list[Recipient] | None = None,
 ) -> Created:
     """Back ``provider`` up into ``dest``; ``progress`` is told the phase and how far it got
     (bytes of the snapshot for a physical backup, keys for a logical one).
@@ -192,6 +196,9 @@ def create_backup(
     backup is written afterwards (``status`` shows the last one); a store
     that cannot be written (read-only, or the write gate refuses) is backed
     up all the same, with a note saying what was not recorded.
+
+    ``recipients``: the archive is encrypted to them (age; see backup_archive
+    for the layout, backup_crypt for the stream).
     """
     import time
 
@@ -211,11 +218,13 @@ def create_backup(
     notes: list[str] = []
     store_id = _identity(provider, notes) if record else _read_identity(provider)
     created = now_iso()
-    name = archive_name(created, kind, compression)
+    recipients = recipients or []
+    sealed = bool(recipients)
+    name = archive_name(created, kind, compression, encrypted=sealed)
     serial = 0
     while dest.exists(name):
         serial += 1
-        name = archive_name(created, kind, compression, serial)
+        name = archive_name(created, kind, compression, serial, encrypted=sealed)
     manifest = Manifest(
         kind=kind,
         created=created,
@@ -238,8 +247,9 @@ def create_backup(
         ) -> Callable[[Iterator[bytes | memoryview]], HashingWriter]:
             return lambda chunks: consume(counted(chunks, watched))
 
+        payload = _Payload(recipients)
         with dest.staging(name) as staged:
-            if compression == "none":  # the snapshot is the payload: no second copy
+            if compression == "none" and not sealed:  # the snapshot is the payload: no copy
                 os.close(os.open(staged, os.O_WRONLY | os.O_CREAT, 0o600))
                 with _syncing(staged):
                     sink = _physical(provider, staged, manifest, through(_hash_only))
@@ -254,8 +264,10 @@ def create_backup(
                     def compress(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
                         out.seek(0)
                         out.truncate()
-                        sink = HashingWriter(out)
-                        done = compress_stream(chunks, sink, compression, stable=True, **options)
+                        with payload.into(out) as sink:
+                            done = compress_stream(
+                                chunks, sink, compression, stable=True, **options
+                            )
                         manifest.content_bytes, manifest.frames = done.read, done.frames
                         return sink
 
@@ -269,7 +281,7 @@ def create_backup(
                     )
             _finish_payload(sink, manifest)
             with staged.open("ab") as tail:
-                _trailer(tail, manifest)
+                _trailer(tail, manifest, payload)
     else:
         counter = KeyCounter()
         progress.phase("backing up", provider.count(), unit="keys")
@@ -281,13 +293,14 @@ def create_backup(
                 on_progress(count)
 
         chunks = _json_lines(provider.snapshot_scan(batch_size=5000), counter, advance)
+        payload = _Payload(recipients)
         with dest.writer(name) as handle:
-            sink = HashingWriter(handle)
-            done = compress_stream(chunks, sink, compression, **options)
+            with payload.into(handle) as sink:
+                done = compress_stream(chunks, sink, compression, **options)
             manifest.content_bytes, manifest.frames = done.read, done.frames
             _set_counts(manifest, counter.counts())
             _finish_payload(sink, manifest)
-            _trailer(handle, manifest)
+            _trailer(handle, manifest, payload)
     result = Created(name, dest.describe(), manifest, time.perf_counter() - started, notes=notes)
     if record:
         result.audit_key = _audit(provider, result, notes)
@@ -328,7 +341,8 @@ def _audit(provider: StorageProvider, done: Created, notes: list[str]) -> str | 
                 "kind": manifest.kind,
                 "created": manifest.created,
                 "label": manifest.label,
-                "payload_sha256": manifest.payload_sha256,
+                "payload_sha256": manifest.archive_sha256,
+                "encrypted": manifest.encrypted,
             },
         )
     except TriggerfishError as exc:
@@ -367,13 +381,51 @@ def _finish_payload(sink: HashingWriter, manifest: Manifest) -> None:
     manifest.payload_sha256 = sink.sha.hexdigest()
 
 
-def _trailer(handle: Any, manifest: Manifest) -> None:
+class _Payload:
+    """Where the compressed payload goes: straight into the archive, or through age."""
+
+    def __init__(self, recipients: list[Recipient]) -> None:
+        self.recipients = recipients
+        #: Encrypted: hashes and counts the encrypted bytes (the outer manifest's).
+        self.outer: HashingWriter | None = None
+
+    @contextlib.contextmanager
+    def into(self, out: Any) -> Iterator[HashingWriter]:
+        """A sink for the payload (hashing the plaintext); encrypted once the block ends."""
+        if not self.recipients:
+            self.outer = None
+            yield HashingWriter(out)
+            return
+        from triggerfish_cli.backup_crypt import Encryptor
+
+        self.outer = HashingWriter(out)
+        encryptor = Encryptor(self.outer, self.recipients)
+        try:
+            yield HashingWriter(encryptor)
+        except BaseException:
+            encryptor.abort()
+            raise
+        encryptor.close()
+
+    def trailer(self, manifest: Manifest) -> bytes:
+        if self.outer is None:
+            return trailer_bytes(manifest)
+        from triggerfish_cli.backup_crypt import seal
+
+        sealed = seal(manifest_json(manifest), self.recipients)
+        fingerprints = [recipient.fingerprint for recipient in self.recipients]
+        outer = sealed_outer(manifest, self.outer, sealed, fingerprints)
+        manifest.recipients, manifest.outer = fingerprints, outer
+        return sealed + trailer_bytes(outer)
+
+
+def _trailer(handle: Any, manifest: Manifest, payload: _Payload) -> None:
     pause = os.environ.get(PAUSE_ENV)
     if pause:
         import time
 
         time.sleep(float(pause))
-    handle.write(trailer_bytes(manifest))
+    handle.write(payload.trailer(manifest))
 
 
 def _physical(

@@ -40,7 +40,7 @@ class Entry:
         """``yes`` (verified, this very payload), ``FAILED``, or ``no``."""
         if self.manifest is None or self.marker is None:
             return "no"
-        if self.marker.get("sha256") != self.manifest.payload_sha256:
+        if self.marker.get("sha256") != self.manifest.archive_sha256:
             return "no"
         if self.marker.get("size") not in (None, self.size):  # changed since verified
             return "no"
@@ -58,12 +58,13 @@ class Entry:
             "kind": manifest.kind if manifest else None,
             "label": manifest.label if manifest else None,
             "size": self.size,
-            "keys": manifest.keys if manifest else None,
+            "keys": manifest.keys if manifest and not manifest.sealed else None,
             "compression": manifest.compression if manifest else None,
+            "encrypted": manifest.encrypted if manifest else None,
             "verified": self.verified,
             "verified_at": (self.marker or {}).get("at") if self.verified != "no" else None,
             "store_id": manifest.store_id if manifest else None,
-            "source": manifest.source if manifest else None,
+            "source": manifest.source or None if manifest else None,
             "host": manifest.host if manifest else None,
             "error": self.error,
         }
@@ -87,6 +88,8 @@ class Destination(Protocol):
     ) -> contextlib.AbstractContextManager[Path]: ...
 
     def delete(self, name: str) -> None: ...
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes: ...
 
     def write_marker(self, name: str, marker: dict[str, Any]) -> None: ...
 
@@ -215,6 +218,11 @@ class LocalDestination:
         if not path.is_file():
             raise NotFoundError(f"{path}: no such backup")
         yield path
+
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        with self.path(name).open("rb") as handle:
+            handle.seek(offset)
+            return handle.read(length)
 
     def delete(self, name: str) -> None:
         for victim in (self.path(name), self.path(name + MARKER_SUFFIX)):

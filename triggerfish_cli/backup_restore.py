@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup_archive import LimitedHashingReader, Manifest, decompress_chunks
+from triggerfish_cli.backup_archive import Manifest, decompress_chunks
+from triggerfish_cli.backup_crypt import Identities, Recipient
 from triggerfish_cli.backup_verify import Verified, iter_lines, verify_file
 from triggerfish_cli.errors import (
     BusyError,
@@ -160,6 +161,7 @@ def restore_physical(
     force: bool,
     progress: Reporter | None = None,
     store_id: str | None = None,
+    identities: Identities | None = None,
 ) -> Swapped:
     """Verify ``archive`` into a scratch file beside ``target``, then swap it in.
 
@@ -173,7 +175,11 @@ def restore_physical(
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch = scratch_path(target)
     try:
-        result = verify_file(archive, name, snapshot=scratch, durable=True, progress=progress)
+        result = verify_file(
+            archive, name, snapshot=scratch, durable=True, progress=progress, identities=identities
+        )
+        if result.sealed:
+            raise needs_identity(name)
         if not result.ok:
             raise VerificationError(
                 f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
@@ -355,9 +361,7 @@ class Loaded:
         }
 
 
-def load_mode(
-    provider: StorageProvider, *, replace: bool, merge: bool, force: bool = False
-) -> str:
+def load_mode(provider: StorageProvider, *, replace: bool, merge: bool, force: bool = False) -> str:
     """``empty``, ``replace`` or ``merge``; a non-empty store without either is refused.
 
     ``replace`` is refused (exit 6) while other processes write the store (the
@@ -392,7 +396,9 @@ def load_mode(
     )
 
 
-def safety_backup(provider: StorageProvider, mode: str) -> str | None:
+def safety_backup(
+    provider: StorageProvider, mode: str, *, recipients: list[Recipient] | None = None
+) -> str | None:
     """Before --replace/--merge that cannot be one transaction (S3; SQLite while the
     gateway writes: the write gate keeps each transaction short): a logical backup
     of the store in the default backup directory, the way back if the restore stops
@@ -400,12 +406,21 @@ def safety_backup(provider: StorageProvider, mode: str) -> str | None:
     all or nothing."""
     if mode == "empty" or provider.atomic_loads():
         return None
+    if recipients is None:  # encryption required, and no key to encrypt to
+        raise RefusedError(
+            f"{provider.describe()}: the restore first saves the store's keys as they are, "
+            "and backup.require_encryption is set with no recipients configured: "
+            "nothing restored",
+            hint="add backup: recipients to triggerfish.yaml",
+        )
     from triggerfish_cli.backup_create import create_backup
     from triggerfish_cli.backup_dest import LocalDestination
     from triggerfish_cli.paths import store_backups_dir
 
     dest = LocalDestination(store_backups_dir(), create=True)
-    created = create_backup(provider, dest, logical=True, label="pre-restore")
+    created = create_backup(
+        provider, dest, logical=True, label="pre-restore", recipients=recipients
+    )
     return str(dest.path(created.name))
 
 
@@ -418,13 +433,18 @@ def load_logical(
     scratch: Path,
     on_progress: Callable[[int], None] | None = None,
     store_id: str | None = None,
+    identities: Identities | None = None,
 ) -> Loaded:
     """Verify the archive completely, then load its rows into ``provider``.
 
     ``store_id``: the identity a target without one takes (the backup's, when the
     store goes back where it was: backup_stores.new_identity); None: a fresh one.
     """
-    result: Verified = verify_file(archive, name, snapshot=scratch / "snapshot.db")
+    result: Verified = verify_file(
+        archive, name, snapshot=scratch / "snapshot.db", identities=identities
+    )
+    if result.sealed:
+        raise needs_identity(name)
     if not result.ok:
         raise VerificationError(
             f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
@@ -435,11 +455,11 @@ def load_logical(
         from triggerfish_cli.memory import PREFIX, refuse_write_down
 
         memories = (
-            row for row in _archive_rows(archive, manifest, scratch / "snapshot.db")
+            row for row in _archive_rows(archive, manifest, scratch / "snapshot.db", identities)
             if row[0].startswith(PREFIX)
         )  # fmt: skip
         refuse_write_down(memories, provider, name)
-    rows = _archive_rows(archive, manifest, scratch / "snapshot.db")
+    rows = _archive_rows(archive, manifest, scratch / "snapshot.db", identities)
     written, deleted = _load(provider, rows, mode, on_progress)
     from triggerfish_cli import audit
     from triggerfish_cli.storage.identity import ensure_id
@@ -459,13 +479,29 @@ def load_logical(
     return Loaded(provider.describe(), mode, written, deleted, manifest, result.checks, notes=notes)
 
 
-def _archive_rows(archive: Path, manifest: Manifest, snapshot: Path) -> Iterator[tuple[str, str]]:
+def needs_identity(name: str) -> TriggerfishError:
+    from triggerfish_cli.backup_crypt import IDENTITY_ENV
+    from triggerfish_cli.errors import UsageError
+
+    return UsageError(
+        f"{name} is encrypted: restoring it needs its identity: nothing restored",
+        hint=f"give --identity FILE (or set {IDENTITY_ENV} to the file's path)",
+    )
+
+
+def _archive_rows(
+    archive: Path, manifest: Manifest, snapshot: Path, identities: Identities | None
+) -> Iterator[tuple[str, str]]:
+    from triggerfish_cli.backup_verify import payload_stream
+
     if manifest.kind == "physical":
         with contextlib.closing(sqlite3.connect(snapshot)) as conn:
             yield from conn.execute("SELECT key, value FROM kv ORDER BY key")
         return
-    with archive.open("rb") as handle:
-        reader = LimitedHashingReader(handle, manifest.payload_bytes)
+    with (
+        archive.open("rb") as handle,
+        payload_stream(handle, manifest, identities, archive.name) as reader,
+    ):
         chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
         for key, value, _number, _size in iter_lines(chunks):
             yield key, value

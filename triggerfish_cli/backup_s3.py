@@ -105,19 +105,22 @@ class S3Destination:
             raise NotFoundError(f"{self.describe()}{name}: no such backup")
         return self._entry(name, int(head["ContentLength"]), True)
 
+    def read_range(self, name: str, offset: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        with self._errors("get"):
+            response = self.client.get_object(
+                Bucket=self.bucket,
+                Key=self._key(name),
+                Range=f"bytes={offset}-{offset + length - 1}",
+            )
+            return bytes(response["Body"].read())
+
     def _entry(self, name: str, size: int, has_marker: bool) -> Entry:
         entry = Entry(name, size)
 
         def read_range(offset: int, length: int) -> bytes:
-            if length == 0:
-                return b""
-            with self._errors("get"):
-                response = self.client.get_object(
-                    Bucket=self.bucket,
-                    Key=self._key(name),
-                    Range=f"bytes={offset}-{offset + length - 1}",
-                )
-                return bytes(response["Body"].read())
+            return self.read_range(name, offset, length)
 
         try:
             entry.manifest = read_manifest_tail(size, read_range, self.describe() + name)

@@ -23,9 +23,11 @@ from triggerfish_cli.backup_archive import (
     LimitedHashingReader,
     Manifest,
     decompress_chunks,
+    open_sealed,
     read_manifest,
 )
 from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows
+from triggerfish_cli.backup_crypt import Decryptor, Identities
 from triggerfish_cli.backup_dest import Destination
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
@@ -41,6 +43,8 @@ class Verified:
     failures: list[str] = field(default_factory=list)
     checks: list[str] = field(default_factory=list)
     invalid: bool = False
+    #: An encrypted archive checked without its key: the contents were not checked.
+    sealed: bool = False
 
     @property
     def ok(self) -> bool:
@@ -52,7 +56,9 @@ class Verified:
             "ok": self.ok,
             "kind": self.manifest.kind if self.manifest else None,
             "created": self.manifest.created if self.manifest else None,
-            "keys": self.manifest.keys if self.manifest else None,
+            "keys": self.manifest.keys if self.manifest and not self.sealed else None,
+            "encrypted": bool(self.manifest and self.manifest.encrypted),
+            "contents_checked": not self.sealed,
             "checks": self.checks,
             "failures": self.failures,
         }
@@ -62,7 +68,7 @@ class Verified:
             "at": now_iso(),
             "size": size,
             "ok": self.ok,
-            "sha256": self.manifest.payload_sha256 if self.manifest else None,
+            "sha256": self.manifest.archive_sha256 if self.manifest else None,
             "failures": self.failures,
         }
 
@@ -74,35 +80,67 @@ def verify_file(
     snapshot: Path | None = None,
     durable: bool = False,
     progress: Reporter | None = None,
+    identities: Identities | None = None,
 ) -> Verified:
     """Verify a local archive. ``snapshot``: where to decompress a physical one (kept);
-    ``durable``: fsync it (it is to become a store); ``progress``: told each phase."""
+    ``durable``: fsync it (it is to become a store); ``progress``: told each phase.
+
+    An encrypted archive is decrypted with ``identities`` (a key that opens
+    none of it is exit 4); without them only what is outside the encryption
+    is checked (sizes, the sha256 of the encrypted parts) and the verdict
+    says the contents were not."""
     from triggerfish_cli.progress import SILENT, counted
 
     progress = progress or SILENT
     name = name or path.name
-    manifest = read_manifest(path)
-    result = Verified(name, manifest)
-    progress.phase(f"checking {name}", manifest.content_bytes or None, unit="bytes")
+    outer = read_manifest(path)
+    if outer.sealed and identities is None:
+        return _verify_sealed(path, name, outer)
     with path.open("rb") as handle:
-        reader = LimitedHashingReader(handle, manifest.payload_bytes)
+        manifest = outer
+        if outer.sealed:
+            assert identities is not None
+            manifest = open_sealed(outer, _range_reader(handle), identities, name)
+        result = Verified(name, manifest)
+        progress.phase(f"checking {name}", manifest.content_bytes or None, unit="bytes")
+        handle.seek(0)
+        stream = _Stream(handle, outer, manifest, identities, name)
+        reader = stream.plain
         chunks = counted(decompress_chunks(reader, manifest.compression, manifest.frames), progress)
         try:
-            if manifest.kind == "physical":
-                if snapshot is None:
-                    raise ValueError("a physical backup needs a scratch file to verify")
-                size = _write_snapshot(chunks, snapshot, durable)
-                counts = None
-            else:
-                size, counts = _read_lines(chunks)
-        except VerificationError as exc:
-            reader.drain()
-            if reader.sha.hexdigest() != manifest.payload_sha256:
-                result.failures.append(_checksum_failure(manifest, reader))
-            else:
-                result.failures.append(f"decompress: {exc.message}")
-            return result
-        reader.drain()
+            try:
+                if manifest.kind == "physical":
+                    if snapshot is None:
+                        raise ValueError("a physical backup needs a scratch file to verify")
+                    size = _write_snapshot(chunks, snapshot, durable)
+                    counts = None
+                else:
+                    size, counts = _read_lines(chunks)
+            except VerificationError as exc:
+                damage = stream.damage()
+                if damage:
+                    result.failures.append(damage)
+                    return result
+                reader.drain()
+                if reader.sha.hexdigest() != manifest.payload_sha256:
+                    result.failures.append(_checksum_failure(manifest, reader))
+                else:
+                    result.failures.append(f"decompress: {exc.message}")
+                return result
+            try:
+                reader.drain()
+                damage = stream.finish()
+            except VerificationError as exc:
+                damage = stream.damage() or exc.message
+            if damage:
+                result.failures.append(damage)
+                return result
+        finally:
+            stream.close()
+    if outer.sealed:
+        result.checks.append(
+            f"sha256 {outer.payload_sha256[:16]}... of the encrypted payload matches"
+        )
     if reader.sha.hexdigest() != manifest.payload_sha256:
         result.failures.append(_checksum_failure(manifest, reader))
         return result
@@ -119,6 +157,114 @@ def verify_file(
         counts = _check_sqlite(snapshot, manifest, result)
     if counts is not None:
         _compare_counts(manifest, counts, result)
+    return result
+
+
+def _range_reader(handle: Any) -> Any:
+    def read_range(offset: int, length: int) -> bytes:
+        handle.seek(offset)
+        return bytes(handle.read(length))
+
+    return read_range
+
+
+class _Stream:
+    """The payload of an archive as read: the plaintext (hashed), and for an encrypted
+    archive the encrypted bytes (hashed) with age between them."""
+
+    def __init__(
+        self,
+        handle: Any,
+        outer: Manifest,
+        manifest: Manifest,
+        identities: Identities | None,
+        name: str,
+    ) -> None:
+        self.outer = outer
+        self.cipher: LimitedHashingReader | None = None
+        self.decryptor: Decryptor | None = None
+        if outer.sealed:
+            assert identities is not None
+            self.cipher = LimitedHashingReader(handle, outer.payload_bytes)
+            self.decryptor = Decryptor(self.cipher, identities, name, outer.recipients or [])
+            self.plain = LimitedHashingReader(self.decryptor, manifest.payload_bytes)  # type: ignore[arg-type]
+        else:
+            self.plain = LimitedHashingReader(handle, manifest.payload_bytes)
+
+    def close(self) -> None:
+        if self.decryptor is not None:
+            self.decryptor.close()
+
+    def damage(self) -> str | None:
+        """For an encrypted archive that failed: whether its encrypted bytes are damaged."""
+        if self.cipher is None:
+            return None
+        self.close()
+        self.cipher.drain()
+        return _cipher_failure(self.outer, self.cipher)
+
+    def finish(self) -> str | None:
+        """After the plaintext was read: the rest of age's stream, the encrypted bytes' sha."""
+        if self.decryptor is None or self.cipher is None:
+            return None
+        left = self.decryptor.finish()
+        if left:
+            return f"size: {left} bytes after the payload the manifest describes"
+        return _cipher_failure(self.outer, self.cipher)
+
+
+@contextlib.contextmanager
+def payload_stream(
+    handle: Any, manifest: Manifest, identities: Identities | None, name: str
+) -> Iterator[LimitedHashingReader]:
+    """The (decrypted) payload of an archive already verified, as a reader."""
+    outer = manifest.outer or manifest
+    handle.seek(0)
+    stream = _Stream(handle, outer, manifest, identities, name)
+    try:
+        yield stream.plain
+    finally:
+        stream.close()
+
+
+def _cipher_failure(outer: Manifest, cipher: LimitedHashingReader) -> str | None:
+    found = cipher.sha.hexdigest()
+    if found == outer.payload_sha256:
+        return None
+    return (
+        f"checksum: encrypted payload sha256 is {found[:16]}..., "
+        f"the manifest says {outer.payload_sha256[:16]}... (the archive is damaged)"
+    )
+
+
+def _verify_sealed(path: Path, name: str, outer: Manifest) -> Verified:
+    """What a keyless verify of an encrypted archive can check: both encrypted parts'
+    sizes and sha256, and that each is an age file."""
+    import hashlib
+
+    from triggerfish_cli.backup_crypt import AGE_MAGIC
+
+    result = Verified(name, outer, sealed=True)
+    with path.open("rb") as handle:
+        reader = LimitedHashingReader(handle, outer.payload_bytes)
+        head = reader.read(len(AGE_MAGIC))
+        reader.drain()
+        sealed = handle.read(outer.sealed_bytes)
+    if head != AGE_MAGIC or not sealed.startswith(AGE_MAGIC):
+        result.failures.append("format: the encrypted parts are not age files")
+        return result
+    failure = _cipher_failure(outer, reader)
+    if failure:
+        result.failures.append(failure)
+        return result
+    if hashlib.sha256(sealed).hexdigest() != outer.sealed_sha256:
+        result.failures.append(
+            "checksum: the encrypted manifest's sha256 is not the one recorded "
+            "(the archive is damaged)"
+        )
+        return result
+    result.checks.append(f"sha256 {outer.payload_sha256[:16]}... of the encrypted payload matches")
+    result.checks.append(f"{outer.payload_bytes + outer.sealed_bytes} encrypted bytes")
     return result
 
 
@@ -272,8 +418,10 @@ def verify_in(
     *,
     scratch: Path | None = None,
     progress: Reporter | None = None,
+    identities: Identities | None = None,
 ) -> Verified:
-    """Verify one archive of a destination and record the verdict beside it."""
+    """Verify one archive of a destination and record the verdict beside it (not for a
+    keyless check of an encrypted one: its contents were not checked)."""
     from triggerfish_cli.backup_dest import temp_dir
 
     if progress is not None:
@@ -284,10 +432,14 @@ def verify_in(
     ):
         size = path.stat().st_size
         try:
-            result = verify_file(path, name, snapshot=work / "snapshot.db", progress=progress)
+            result = verify_file(
+                path, name, snapshot=work / "snapshot.db", progress=progress, identities=identities
+            )
         except InvalidDataError as exc:
             result = Verified(name, None, [exc.message], invalid=True)
-    if result.manifest is not None:
+        except VerificationError as exc:  # the sealed manifest is damaged
+            result = Verified(name, None, [exc.message])
+    if result.manifest is not None and not result.sealed:
         dest.write_marker(name, result.marker(size))
     return result
 

@@ -241,6 +241,7 @@ OUR_SECTIONS: dict[str, str] = {
     "storage": "triggerfish_cli.settings:check_storage_section",
     "retention": "triggerfish_cli.retention:check_section",
     "metrics": "triggerfish_cli.metrics:check_section",
+    "backup": "triggerfish_cli.backup_settings:check_section",
 }
 
 

@@ -296,7 +296,8 @@ def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] 
         "name": newest.name,
         "created": newest.created,
         "kind": newest.manifest.kind if newest.manifest else None,
-        "keys": newest.manifest.keys if newest.manifest else None,
+        "keys": newest.manifest.keys if newest.manifest and not newest.manifest.sealed else None,
+        "encrypted": bool(newest.manifest and newest.manifest.encrypted),
         "verified": newest.verified,
     }
 

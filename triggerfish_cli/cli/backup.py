@@ -14,9 +14,11 @@ from triggerfish_cli.cli.backup_options import (
     Compression,
     EndpointOpt,
     FromOpt,
+    IdentityOpt,
     LatestOpt,
     ScratchOpt,
     destination,
+    identities,
     none_of,
     of_store,
     pick,
@@ -79,9 +81,39 @@ def create_cmd(
             "--label", metavar="TEXT", help="A label kept in the manifest.", show_default=False
         ),
     ] = None,
+    recipient: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--recipient",
+            "-r",
+            metavar="KEY",
+            help="Encrypt to this age public key (age1...) or SSH public key "
+            "(ssh-ed25519/ssh-rsa ...); repeatable. Replaces backup: recipients.",
+            show_default=False,
+        ),
+    ] = None,
+    recipients_file: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--recipients-file",
+            "-R",
+            metavar="FILE",
+            help="Encrypt to the public keys in FILE, one a line (# comments); repeatable.",
+            show_default=False,
+        ),
+    ] = None,
+    no_encrypt: Annotated[
+        bool,
+        typer.Option(
+            "--no-encrypt",
+            help="Write an unencrypted archive even though backup: recipients (or "
+            "require_encryption) is set.",
+        ),
+    ] = False,
     verify: Annotated[
         bool, typer.Option("--verify", help="Verify the new backup at once (as backup verify).")
     ] = False,
+    identity: IdentityOpt = None,
     metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
@@ -91,13 +123,28 @@ def create_cmd(
     SQLite: SQLite's online backup in one step (never a file copy); other
     backends: a logical backup. Written under a temp name, fsynced, renamed
     (mode 0600). --format json prints the manifest.
+
+    Encrypted (age) to --recipient/--recipients-file, else to the keys of
+    backup: recipients in triggerfish.yaml: only public keys are needed.
+    Where the settings require encryption, a plain archive is refused (exit
+    4) unless --no-encrypt. --verify of an encrypted backup checks its
+    contents only with --identity.
     """
     from triggerfish_cli.backup_create import create_backup
+    from triggerfish_cli.backup_settings import backup_settings, choose_recipients
     from triggerfish_cli.backup_verify import check, verify_in
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     run = metrics.begin(ctx, "backup_create", metrics_file)
+    recipients = choose_recipients(
+        backup_settings(st.settings()),
+        recipient or [],
+        recipients_file or [],
+        no_encrypt=no_encrypt,
+        origin=str(st.config_path),
+    )
+    keys = identities(identity) if verify else None
     provider = st.provider()  # first: a store that does not exist leaves no directory behind
     dest = destination(to, endpoint_url, create=True)
     with out.progress("backing up") as bar:
@@ -109,13 +156,14 @@ def create_cmd(
             level=level,
             label=label,
             progress=bar,
+            recipients=recipients,
         )
     document = created.as_dict()
     metrics.backed_up(run, document)
     for note in created.notes:
         out.info(f"note: {note}")
     if verify:
-        result = verify_in(dest, created.name)
+        result = verify_in(dest, created.name, identities=keys)
         document["verified"] = result.as_dict()
         metrics.backed_up(run, document)
         check([result])
@@ -125,10 +173,18 @@ def create_cmd(
     if not out.quiet:
         manifest = created.manifest
         ratio = manifest.content_bytes / max(manifest.payload_bytes, 1)
+        sealed = (
+            f", encrypted to {len(manifest.recipients or [])} recipient(s)"
+            if manifest.encrypted
+            else ""
+        )
+        checked = ", verified" if verify else ""
+        if verify and manifest.encrypted and keys is None:
+            checked = ", verified outside the encryption (contents not checked: no --identity)"
         out.line(
             f"{dest.describe().rstrip('/')}/{created.name}: {manifest.kind}, {manifest.keys} keys, "
-            f"{manifest.payload_bytes} bytes ({ratio:.1f}x {manifest.compression}) "
-            f"in {created.seconds:.1f} s" + (", verified" if verify else "")
+            f"{manifest.payload_bytes} bytes ({ratio:.1f}x {manifest.compression}){sealed} "
+            f"in {created.seconds:.1f} s{checked}"
         )
 
 
@@ -178,6 +234,7 @@ def verify_cmd(
     endpoint_url: EndpointOpt = None,
     all_stores: AllStoresOpt = False,
     scratch: ScratchOpt = None,
+    identity: IdentityOpt = None,
     metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
@@ -188,10 +245,16 @@ def verify_cmd(
     broken manifest); exit 3 when it does not exist. The verdict shows in
     backup list. --all and --latest take this store's backups (with
     --all-stores: every store's).
+
+    An encrypted backup is checked fully with --identity (a key that opens
+    none of it: exit 4); without one, only what is outside the encryption
+    (sizes, sha256 of the encrypted bytes), and it says the contents were
+    not checked (exit 0; nothing recorded for backup list).
     """
     from triggerfish_cli.backup_verify import check, verify_in
 
     st = state(ctx)
+    keys = identities(identity)
     out = st.output(fmt_value(fmt), quiet or None)
     run = metrics.begin(ctx, "backup_verify", metrics_file)
     store = None if all_stores or file else this_store(st)
@@ -211,7 +274,7 @@ def verify_cmd(
     results = []
     with out.progress("verifying") as bar:
         for name in names:
-            results.append(verify_in(dest, name, scratch=scratch, progress=bar))
+            results.append(verify_in(dest, name, scratch=scratch, progress=bar, identities=keys))
     metrics.verified(run, results)
     show_verified(out, results)
     check(results)
@@ -289,6 +352,7 @@ def restore_cmd(
             "refused, exit 4, unless the target is empty).",
         ),
     ] = False,
+    identity: IdentityOpt = None,
     yes: YesOpt = False,
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,
@@ -303,7 +367,8 @@ def restore_cmd(
     back. Refused (exit 6) while another process has the store open, unless
     --force. A logical backup (or a non-SQLite store) loads key by key:
     into an empty store, or with --replace (all or nothing) or --merge.
-    A failed restore leaves the store as it was.
+    A failed restore leaves the store as it was. An encrypted backup needs
+    --identity (exit 2 without; exit 4 when it opens none of its recipients).
     """
     from triggerfish_cli.cli.backup_restore import run_restore, run_undo, target_store
 
@@ -335,6 +400,7 @@ def restore_cmd(
             "other_store": other_store,
         },
         dry_run=dry_run,
+        identities=identities(identity),
     )
 
 
@@ -408,3 +474,39 @@ def prune_cmd(
         dest.delete(decision.entry.name)
     metrics.pruned(run, len(deletes), len(plan.decisions) - len(deletes))
     show_plan(out, plan, dry_run=False)
+
+
+@app.command("keygen")
+def keygen_cmd(
+    ctx: typer.Context,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Where to write the new identity (created 0600; an existing file is "
+            "never overwritten).",
+            show_default=False,
+        ),
+    ],
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Make an age identity for encrypted backups; print its public key.
+
+    The identity (the private key) goes to FILE, mode 0600, in age-keygen's
+    format; keep it off the backup host. The public key printed is what
+    --recipient and backup: recipients take: backing up needs only it.
+    """
+    from triggerfish_cli.backup_crypt import keygen
+    from triggerfish_cli.serialization import now_iso
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    public = keygen(output.expanduser(), created=now_iso())
+    if out.fmt != "table":
+        out.record({"identity_file": str(output), "public_key": public})
+        return
+    out.line(public)
+    out.info(f"identity written to {output} (0600): keep it off the backup host")

@@ -11,6 +11,7 @@ import typer
 from triggerfish_cli.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
+    from triggerfish_cli.backup_crypt import Identities
     from triggerfish_cli.backup_dest import Destination, Entry
     from triggerfish_cli.backup_stores import StoreRef
     from triggerfish_cli.cli.context import AppState
@@ -70,6 +71,25 @@ ScratchOpt = Annotated[
         show_default=False,
     ),
 ]
+
+IdentityOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--identity",
+        "-i",
+        metavar="FILE",
+        help="An age identity file (age-keygen, backup keygen) or an unencrypted OpenSSH "
+        "private key, to open encrypted backups; repeatable (default: the file "
+        "TRIGGERFISH_BACKUP_IDENTITY_FILE names).",
+        show_default=False,
+    ),
+]
+
+
+def identities(paths: list[Path] | None) -> Identities | None:
+    from triggerfish_cli.backup_crypt import identities_from
+
+    return identities_from(paths)
 
 
 def destination(spec: str | None, endpoint_url: str | None, *, create: bool = False) -> Destination:

@@ -48,11 +48,18 @@ def show_verified(out: Output, results: Sequence[Verified]) -> None:
         return
     for result in results:
         verdict = "ok" if result.ok else "FAILED"
+        if result.sealed and result.ok:
+            verdict = "ok outside the encryption"
         out.line(f"{result.name}: {verdict}")
         for line in result.checks:
             out.line(f"  ok: {line}")
         for line in result.failures:
             out.line(f"  FAILED: {line}")
+        if result.sealed and result.ok:
+            out.line(
+                "  contents not checked: it is encrypted and no --identity was given "
+                "(nothing recorded for backup list)"
+            )
 
 
 def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:

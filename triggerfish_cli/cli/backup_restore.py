@@ -9,6 +9,7 @@ from triggerfish_cli.cli.backup_output import show_restore
 from triggerfish_cli.errors import InvalidDataError, RefusedError, TriggerfishError
 
 if TYPE_CHECKING:
+    from triggerfish_cli.backup_crypt import Identities
     from triggerfish_cli.backup_dest import Destination
     from triggerfish_cli.backup_stores import StoreRef
     from triggerfish_cli.cli.context import AppState
@@ -65,8 +66,9 @@ def run_restore(
     target: Path | None,
     *,
     store: StoreRef,
-    options: dict[str, bool],
+    options: dict[str, Any],
     dry_run: bool,
+    identities: Identities | None = None,
 ) -> None:
     from triggerfish_cli.backup_stores import manifest_ref
 
@@ -74,6 +76,19 @@ def run_restore(
     if entry.manifest is None:
         raise InvalidDataError(entry.error or f"{name}: not a backup")
     manifest = entry.manifest
+    if manifest.sealed:  # what it holds and whose it is are inside the encryption
+        from triggerfish_cli.backup_archive import open_sealed
+        from triggerfish_cli.backup_restore import needs_identity
+
+        if identities is None:
+            raise needs_identity(name)
+        manifest = open_sealed(
+            manifest,
+            lambda offset, length: dest.read_range(name, offset, length),
+            identities,
+            name,
+        )
+    options = {**options, "identities": identities}
     check_store(manifest, name, store, other_store=options["other_store"])
     named = {"backup": name, "backup_store": manifest_ref(manifest).as_dict()}
     if manifest.kind == "physical" and target is not None:
@@ -90,7 +105,7 @@ def _physical(
     manifest: Any,
     store: StoreRef,
     named: dict[str, Any],
-    options: dict[str, bool],
+    options: dict[str, Any],
     dry_run: bool,
 ) -> None:
     from triggerfish_cli.backup_restore import PRE_RESTORE, check_not_open, restore_physical
@@ -128,6 +143,7 @@ def _physical(
             force=force,
             progress=bar,
             store_id=new_identity(manifest, store),
+            identities=options.get("identities"),
         )
     show_restore(out, {**named, **result.as_dict()})
 
@@ -141,7 +157,7 @@ def _logical(
     manifest: Any,
     store: StoreRef,
     named: dict[str, Any],
-    options: dict[str, bool],
+    options: dict[str, Any],
     dry_run: bool,
 ) -> None:
     from triggerfish_cli.backup_dest import temp_dir
@@ -199,7 +215,7 @@ def _logical(
             yes=options["yes"],
             what="the restore",
         )
-    kept = safety_backup(provider, mode)
+    kept = safety_backup(provider, mode, recipients=_safety_recipients(st))
     if kept:
         out.info(f"the store's keys as they were are saved in {kept}")
     try:
@@ -216,15 +232,28 @@ def _logical(
                 scratch=work,
                 on_progress=bar.advance,
                 store_id=new_identity(manifest, store),
+                identities=options.get("identities"),
             )
     except (TriggerfishError, KeyboardInterrupt):
         if kept:
             out.info(
                 "the restore stopped part way: put the store back with "
-                f"`triggerfish-admin backup restore {kept} --replace --yes`"
+                f"`triggerfish-admin backup restore {kept} --replace --yes"
+                + (" --identity FILE`" if kept.endswith(".age") else "`")
             )
         raise
     show_restore(out, {**named, **result.as_dict(), "kept": kept})
+
+
+def _safety_recipients(st: AppState) -> list[Any] | None:
+    """The keys a pre-restore safety copy is encrypted to (those of backup: recipients);
+    None when the settings require encryption but name no key (it is then refused)."""
+    from triggerfish_cli.backup_settings import backup_settings, configured_recipients
+
+    found = backup_settings(st.settings())
+    if found.has_recipients:
+        return configured_recipients(found, str(st.config_path))
+    return None if found.require_encryption else []
 
 
 def run_undo(out: Output, target: Path, *, force: bool, yes: bool, dry_run: bool) -> None:
