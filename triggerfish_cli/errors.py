@@ -14,7 +14,8 @@ EXIT_CODES: dict[int, str] = {
     2: "usage error (bad option or argument)",
     3: "not found (key, memory, version, backup)",
     4: "refused by policy (taint, secrets guard, safety guard, missing --yes, "
-    "another store's backup)",
+    "another store's backup, a key that opens no recipient of an encrypted backup, "
+    "a plain backup where encryption is required)",
     5: "verification failed (backup checksum, integrity check)",
     6: "busy or locked (another sweep running, database locked)",
     7: "backend unavailable (no store there, cannot connect or open, extra not installed)",
