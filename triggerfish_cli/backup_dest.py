@@ -97,9 +97,15 @@ class Destination(Protocol):
 
 
 def open_destination(
-    spec: str | Path | None, *, endpoint_url: str | None = None, create: bool = False
+    spec: str | Path | None,
+    *,
+    endpoint_url: str | None = None,
+    create: bool = False,
+    sse: tuple[str | None, str | None] = (None, None),
 ) -> Destination:
-    """``--to``/``--from``: a directory, or ``s3://bucket/prefix``; None: the default."""
+    """``--to``/``--from``: a directory, or ``s3://bucket/prefix``; None: the default.
+
+    ``sse``: S3 server-side encryption (mode, KMS key id) of what is written there."""
     from triggerfish_cli.paths import store_backups_dir
 
     if spec is None:
@@ -110,7 +116,7 @@ def open_destination(
         from triggerfish_cli.storage.factory import missing_extra
 
         try:
-            return S3Destination.from_url(text, endpoint_url=endpoint_url)
+            return S3Destination.from_url(text, endpoint_url=endpoint_url, sse=sse)
         except ModuleNotFoundError as exc:
             error = missing_extra(exc)
             if error is None:

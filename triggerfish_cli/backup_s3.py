@@ -29,22 +29,50 @@ MULTIPART = 64 << 20
 
 
 class S3Destination:
-    def __init__(self, bucket: str, prefix: str, *, endpoint_url: str | None = None) -> None:
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        *,
+        endpoint_url: str | None = None,
+        sse: str | None = None,
+        sse_kms_key_id: str | None = None,
+    ) -> None:
         from triggerfish_cli.storage.s3 import S3Storage
 
-        self.store = S3Storage(bucket, prefix, endpoint_url=endpoint_url, workers=4, as_store=False)
+        self.store = S3Storage(
+            bucket,
+            prefix,
+            endpoint_url=endpoint_url,
+            workers=4,
+            as_store=False,
+            sse=sse,
+            sse_kms_key_id=sse_kms_key_id,
+        )
         self.bucket = self.store.bucket
         self.prefix = self.store.prefix
         self.client: Any = self.store.client
 
     @classmethod
-    def from_url(cls, url: str, *, endpoint_url: str | None = None) -> S3Destination:
+    def from_url(
+        cls,
+        url: str,
+        *,
+        endpoint_url: str | None = None,
+        sse: tuple[str | None, str | None] = (None, None),
+    ) -> S3Destination:
         from triggerfish_cli.storage.remote_settings import check_endpoint, parse_s3_url
 
         options = parse_s3_url(url)
         if endpoint_url is not None:
             endpoint_url = check_endpoint(endpoint_url, "--endpoint-url")
-        return cls(options["bucket"], options["prefix"], endpoint_url=endpoint_url)
+        return cls(
+            options["bucket"],
+            options["prefix"],
+            endpoint_url=endpoint_url,
+            sse=sse[0],
+            sse_kms_key_id=sse[1],
+        )
 
     def describe(self) -> str:
         return f"s3://{self.bucket}/{self.prefix}"
@@ -157,7 +185,11 @@ class S3Destination:
 
         digest, expected = _digests(path, MULTIPART)
         config = TransferConfig(multipart_threshold=MULTIPART, multipart_chunksize=MULTIPART)
-        extra = {"Metadata": {"sha256": digest}, "ChecksumAlgorithm": "SHA256"}
+        extra = {
+            "Metadata": {"sha256": digest},
+            "ChecksumAlgorithm": "SHA256",
+            **self.store.put_extra,
+        }
         with self._errors("upload"):
             self.client.upload_file(
                 str(path), self.bucket, self._key(name), ExtraArgs=extra, Config=config
@@ -207,6 +239,7 @@ class S3Destination:
                 Bucket=self.bucket,
                 Key=self._key(name + MARKER_SUFFIX),
                 Body=(json.dumps(marker) + "\n").encode("utf-8"),
+                **self.store.put_extra,
             )
 
     def scratch_dir(self) -> Path | None:

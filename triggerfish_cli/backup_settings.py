@@ -95,6 +95,16 @@ def check_sse(sse: Any, key_id: Any, where: str) -> tuple[str | None, str | None
     return sse, key_id
 
 
+def sse_args(sse: str | None, key_id: str | None) -> dict[str, str]:
+    """The put_object / multipart arguments of S3 server-side encryption."""
+    extra: dict[str, str] = {}
+    if sse:
+        extra["ServerSideEncryption"] = sse
+    if key_id:
+        extra["SSEKMSKeyId"] = key_id
+    return extra
+
+
 def check_section(section: Any, config_path: Path) -> None:
     """Validator of ``backup:`` for ``settings.OUR_SECTIONS`` (the keys parse, too)."""
     from triggerfish_cli.backup_crypt import parse_recipient, read_recipients_file

@@ -17,11 +17,14 @@ from triggerfish_cli.cli.backup_options import (
     IdentityOpt,
     LatestOpt,
     ScratchOpt,
+    SseKeyOpt,
+    SseOpt,
     destination,
     identities,
     none_of,
     of_store,
     pick,
+    sse_of,
     this_store,
 )
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
@@ -53,6 +56,8 @@ def create_cmd(
         ),
     ] = None,
     endpoint_url: EndpointOpt = None,
+    sse: SseOpt = None,
+    sse_kms_key_id: SseKeyOpt = None,
     logical: Annotated[
         bool,
         typer.Option(
@@ -146,7 +151,7 @@ def create_cmd(
     )
     keys = identities(identity) if verify else None
     provider = st.provider()  # first: a store that does not exist leaves no directory behind
-    dest = destination(to, endpoint_url, create=True)
+    dest = destination(to, endpoint_url, create=True, sse=sse_of(st, sse, sse_kms_key_id))
     with out.progress("backing up") as bar:
         created = create_backup(
             provider,
@@ -261,7 +266,7 @@ def verify_cmd(
     if all_:
         if file or latest:
             raise UsageError("--all verifies every backup: no FILE or --latest with it")
-        dest = destination(source, endpoint_url)
+        dest = destination(source, endpoint_url, sse=sse_of(st))
         listed = dest.entries()
         names = [entry.name for entry in of_store(listed, store)]
         if not names:
@@ -269,7 +274,7 @@ def verify_cmd(
                 raise none_of(store, dest, listed)
             raise NotFoundError(f"{dest.describe()}: no backups")
     else:
-        dest, name = pick(file, latest, source, endpoint_url, store)
+        dest, name = pick(file, latest, source, endpoint_url, store, sse=sse_of(st))
         names = [name]
     results = []
     with out.progress("verifying") as bar:

@@ -92,11 +92,63 @@ def identities(paths: list[Path] | None) -> Identities | None:
     return identities_from(paths)
 
 
-def destination(spec: str | None, endpoint_url: str | None, *, create: bool = False) -> Destination:
+class Sse(str, enum.Enum):
+    aes256 = "AES256"
+    kms = "aws:kms"
+
+
+SseOpt = Annotated[
+    Sse | None,
+    typer.Option(
+        "--sse",
+        help="S3 server-side encryption of the uploaded backup (default: backup: sse, "
+        "else the storage: section's for a store in S3).",
+        show_default=False,
+    ),
+]
+SseKeyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sse-kms-key-id",
+        metavar="KEY",
+        help="The KMS key of --sse aws:kms (implies it).",
+        show_default=False,
+    ),
+]
+
+
+def sse_of(
+    st: AppState, sse: Sse | None = None, key_id: str | None = None
+) -> tuple[str | None, str | None]:
+    """S3 server-side encryption for a backup destination: --sse/--sse-kms-key-id, else
+    ``backup: sse``, else the ``storage:`` section's when the store is in S3."""
+    from triggerfish_cli.backup_settings import backup_settings
+
+    if sse is not None or key_id is not None:
+        if key_id is not None and sse is Sse.aes256:
+            raise UsageError("--sse-kms-key-id goes with --sse aws:kms")
+        return (sse.value if sse is not None else Sse.kms.value), key_id
+    found = backup_settings(st.settings())
+    if found.sse is not None:
+        return found.sse, found.sse_kms_key_id
+    storage = st.settings().storage_section()
+    if storage is not None and storage.get("backend") == "s3":
+        options = st.storage_config().options
+        return options.get("sse"), options.get("sse_kms_key_id")
+    return None, None
+
+
+def destination(
+    spec: str | None,
+    endpoint_url: str | None,
+    *,
+    create: bool = False,
+    sse: tuple[str | None, str | None] = (None, None),
+) -> Destination:
     """A backup directory or S3 prefix; None: the default directory."""
     from triggerfish_cli.backup_dest import open_destination
 
-    return open_destination(spec, endpoint_url=endpoint_url, create=create)
+    return open_destination(spec, endpoint_url=endpoint_url, create=create, sse=sse)
 
 
 def this_store(st: AppState) -> StoreRef:
@@ -135,6 +187,7 @@ def pick(
     source: str | None,
     endpoint_url: str | None,
     store: StoreRef | None = None,
+    sse: tuple[str | None, str | None] = (None, None),
 ) -> tuple[Destination, str]:
     """The destination and archive name a FILE or --latest (of ``store``) designates."""
     from triggerfish_cli.backup_dest import LocalDestination
@@ -147,10 +200,10 @@ def pick(
             if not path.is_file():
                 raise NotFoundError(f"{file}: no such backup file")
             return LocalDestination(path.parent), path.name
-        return destination(source, endpoint_url), file
+        return destination(source, endpoint_url, sse=sse), file
     if not latest:
         raise UsageError("which backup? give a FILE or --latest")
-    dest = destination(source, endpoint_url)
+    dest = destination(source, endpoint_url, sse=sse)
     listed = dest.entries()
     entries = [entry for entry in of_store(listed, store) if entry.manifest is not None]
     if not entries:

@@ -169,7 +169,16 @@ def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
         )
     check_keys(
         section,
-        {"backend", "bucket", "prefix", "endpoint_url", "region", "connect_timeout"},
+        {
+            "backend",
+            "bucket",
+            "prefix",
+            "endpoint_url",
+            "region",
+            "connect_timeout",
+            "sse",
+            "sse_kms_key_id",
+        },
         "storage",
     )
     if "bucket" not in section:
@@ -189,6 +198,13 @@ def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
         options["connect_timeout"] = positive_int(
             section["connect_timeout"], "storage.connect_timeout"
         )
+    from triggerfish_cli.backup_settings import check_sse
+
+    sse, key_id = check_sse(section.get("sse"), section.get("sse_kms_key_id"), "storage.")
+    if sse:
+        options["sse"] = sse
+    if key_id:
+        options["sse_kms_key_id"] = key_id
     return options
 
 

@@ -97,6 +97,8 @@ def open_config(config: StorageConfig, create: bool) -> S3Storage:
         read_only=bool(options.get("read_only", False)),
         connect_timeout=int(options.get("connect_timeout", CONNECT_TIMEOUT)),
         create=create,
+        sse=options.get("sse"),
+        sse_kms_key_id=options.get("sse_kms_key_id"),
     )
 
 
@@ -123,9 +125,16 @@ class S3Storage(BaseStorage):
         connect_timeout: int = CONNECT_TIMEOUT,
         create: bool = False,
         as_store: bool = True,
+        sse: str | None = None,
+        sse_kms_key_id: str | None = None,
     ) -> None:
         """``as_store``: the prefix must hold a store (its identity object or any key),
-        or is made one with ``create``; False: plain object access (backups)."""
+        or is made one with ``create``; False: plain object access (backups).
+        ``sse``/``sse_kms_key_id``: server-side encryption of every object written."""
+        from triggerfish_cli.backup_settings import sse_args
+
+        #: ServerSideEncryption / SSEKMSKeyId of every put (storage: sse).
+        self.put_extra = sse_args(sse, sse_kms_key_id)
         self.bucket = check_bucket(bucket, "bucket")
         self.prefix = normalize_prefix(prefix, "prefix")
         # boto3 also takes the endpoint from the environment: name it in messages,
@@ -279,7 +288,11 @@ class S3Storage(BaseStorage):
         try:
             with self.errors("record the store's id"):
                 self.client.put_object(
-                    Bucket=self.bucket, Key=self._object(STORE_MARK), Body=body, IfNoneMatch="*"
+                    Bucket=self.bucket,
+                    Key=self._object(STORE_MARK),
+                    Body=body,
+                    IfNoneMatch="*",
+                    **self.put_extra,
                 )
         except _PreconditionFailed:
             pass
@@ -336,6 +349,7 @@ class S3Storage(BaseStorage):
                 Bucket=self.bucket,
                 Key=self._object(self.codec.name(key)),
                 Body=self._body(key, value),
+                **self.put_extra,
             )
 
     def _listing(
@@ -564,7 +578,11 @@ class S3Storage(BaseStorage):
             expected,
             "set",
             lambda name, etag: self.client.put_object(
-                Bucket=self.bucket, Key=self._object(name), Body=self._body(key, new), IfMatch=etag
+                Bucket=self.bucket,
+                Key=self._object(name),
+                Body=self._body(key, new),
+                IfMatch=etag,
+                **self.put_extra,
             ),
         )
 
