@@ -389,3 +389,28 @@ def test_prune_and_list_need_no_key(
     run = cli("backup", "prune", "--from", str(out), "--keep-last", "1", "--yes")
     assert run.exit_code == 0, run.stderr
     assert len([p for p in out.iterdir() if p.name.endswith(".age")]) == 1
+
+
+def test_the_age_stream_stops_when_the_payload_fails_part_way() -> None:
+    """A failure while compressing (disk full, a damaged snapshot) must not leave the
+    age thread waiting for input: abort returns, with age idle or busy."""
+    import io
+
+    import pyrage
+
+    from triggerfish_cli.backup_crypt import Encryptor, parse_recipient
+
+    identity = pyrage.x25519.Identity.generate()
+    recipient = parse_recipient(str(identity.to_public()), "test")
+    idle = Encryptor(io.BytesIO(), [recipient])
+    idle.write(b"x" * 1000)
+    idle.abort()
+    busy = Encryptor(io.BytesIO(), [recipient])
+    for _ in range(3):
+        busy.write(b"y" * (4 << 20))
+    busy.abort()
+    out = io.BytesIO()
+    whole = Encryptor(out, [recipient])
+    whole.write(memoryview(b"payload"))
+    whole.close()
+    assert pyrage.decrypt(out.getvalue(), [identity]) == b"payload"

@@ -16,6 +16,7 @@ beside the compression threads (zstd releases the GIL).
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import os
 import queue
@@ -250,6 +251,7 @@ def decrypt_error(
 # -- streams --------------------------------------------------------------------------
 
 _END = object()
+_ABORT = object()
 
 
 class Encryptor:
@@ -302,8 +304,15 @@ class Encryptor:
         self._raise()
 
     def abort(self) -> None:
+        """Stop age part way (the archive is thrown away): it may wait for input."""
         self._stopped.set()
-        self._thread.join()
+        while self._thread.is_alive():
+            try:
+                self._queue.put_nowait(_ABORT)
+            except queue.Full:
+                with contextlib.suppress(queue.Empty):
+                    self._queue.get_nowait()
+            self._thread.join(0.05)
 
     def _raise(self) -> None:
         if self._failed:
@@ -316,6 +325,8 @@ class Encryptor:
     def read(self, size: int = -1) -> bytes:
         while not self._current:
             item = self._queue.get()
+            if item is _ABORT:
+                raise _Cancelled
             if item is _END:
                 self._current = memoryview(b"")
                 self._queue.put(_END)  # every later read is the end too
