@@ -136,6 +136,8 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
     assert run.exit_code == 0, run.stderr
     (entry,) = run.json()  # type: ignore[misc]
     assert entry["encrypted"] is True and entry["keys"] is None and entry["source"] is None
+    run = cli("backup", "list", "--from", str(out))
+    assert run.exit_code == 0 and "physical, age" in run.stdout
 
     # a keyless verify checks what it can, says so in one line, records nothing
     run = cli("backup", "verify", str(archive))

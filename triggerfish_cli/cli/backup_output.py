@@ -19,7 +19,10 @@ def _with_store(row: dict[str, Any], entry: Entry, out: Output) -> dict[str, Any
         return row
     from triggerfish_cli.backup_stores import label
 
-    return {**row, "store": label(entry.manifest)}
+    shown = {**row, "store": label(entry.manifest)}
+    if entry.manifest is not None and entry.manifest.encrypted and row.get("kind"):
+        shown["kind"] = f"{row['kind']}, age"  # encrypted: its keys unknown without the key
+    return shown
 
 
 def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
