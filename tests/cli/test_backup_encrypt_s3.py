@@ -176,3 +176,30 @@ def test_an_s3_store_writes_with_sse_and_its_safety_copy_is_encrypted(
     assert b"sessions:two" not in kept.read_bytes()
     run = cli("backup", "verify", str(kept), "-i", str(identity))
     assert run.exit_code == 0, run.stderr
+
+
+def test_an_encrypted_logical_backup_of_every_backend_restores(
+    cli: CliFn, store: StoreHandle, tmp_path: Path
+) -> None:
+    identity = tmp_path / "k"
+    public = _keygen(cli, identity)
+    rows = {"sessions:a": "1", "memory:agent:PUBLIC:x": json.dumps({"v": 1}), "plain": "2"}
+    store.seed(rows)
+    run = cli(
+        *store.args, "backup", "create", "--logical", "-r", public, "--to",
+        str(tmp_path / "b"), "-f", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    document = run.json()
+    assert isinstance(document, dict)
+    archive = tmp_path / "b" / document["name"]
+    assert archive.name.endswith(".jsonl.zst.age") and b"sessions:" not in archive.read_bytes()
+    provider: Any = store.open()
+    provider.clear()
+    provider.close()
+    run = cli(*store.args, "backup", "restore", str(archive), "--yes")
+    assert run.exit_code == 2 and not store.contents()
+    run = cli(*store.args, "backup", "restore", str(archive), "-i", str(identity), "--yes")
+    assert run.exit_code == 0, run.stderr
+    restored = {k: v for k, v in store.contents().items() if ":admin_backup_" not in k}
+    assert restored == rows
