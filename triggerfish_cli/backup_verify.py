@@ -59,6 +59,9 @@ class Verified:
             "keys": self.manifest.keys if self.manifest and not self.sealed else None,
             "encrypted": bool(self.manifest and self.manifest.encrypted),
             "contents_checked": not self.sealed,
+            "store_id": self.manifest.store_id if self.manifest else None,
+            "source": self.manifest.source if self.manifest else None,
+            "host": self.manifest.host if self.manifest else None,
             "checks": self.checks,
             "failures": self.failures,
         }

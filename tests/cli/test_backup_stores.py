@@ -195,6 +195,28 @@ def test_list_and_verify_work_per_store(two: tuple[Store, Store]) -> None:
     assert len(a.ok("backup", "verify", "--all", "--from", str(a.backups), "--all-stores")) == 3
 
 
+def test_verify_all_stores_reports_each_store_under_its_own_heading(
+    two: tuple[Store, Store],
+) -> None:
+    a, b = two
+    a.backup()
+    b.backup()
+    a.backup()  # the stores' backups interleave in time
+    results = a.ok("backup", "verify", "--all", "--from", str(a.backups), "--all-stores")
+    assert [row["store_id"] for row in results] == [a.store_id(), a.store_id(), b.store_id()]
+    assert all(row["ok"] and row["source"].startswith("sqlite:") for row in results)
+    table = a.run("backup", "verify", "--all", "--from", str(a.backups), "--all-stores")
+    assert table.returncode == 0, table.stderr
+    headings = [line for line in table.stdout.splitlines() if line.startswith("store ")]
+    assert headings == [
+        f"store {str(a.store_id())[:8]} (sqlite:{os.path.realpath(a.path)}):",
+        f"store {str(b.store_id())[:8]} (sqlite:{os.path.realpath(b.path)}):",
+    ]
+    # one store's backups alone: no heading
+    mine = a.run("backup", "verify", "--all", "--from", str(a.backups))
+    assert not [line for line in mine.stdout.splitlines() if line.startswith("store ")]
+
+
 def _names(store: Store) -> set[str]:
     return {path.name for path in store.backups.iterdir() if not path.name.endswith(".verified")}
 

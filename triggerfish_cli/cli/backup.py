@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -19,6 +19,7 @@ from triggerfish_cli.cli.backup_options import (
     ScratchOpt,
     SseKeyOpt,
     SseOpt,
+    by_store,
     destination,
     identities,
     none_of,
@@ -206,18 +207,11 @@ def list_cmd(
     Each backup names the store it was made of (its id, else its host and
     path); --all-stores lists every store's, grouped by store.
     """
-    from triggerfish_cli.backup_stores import group_key
-
     st = state(ctx)
     store = None if all_stores else this_store(st)
     dest = destination(source, endpoint_url)
     listed = dest.entries()
-
-    def order(entry: Any) -> tuple[str, str, str]:
-        group = group_key(entry.manifest) if entry.manifest and all_stores else ""
-        return group, entry.created, entry.name
-
-    entries = sorted(of_store(listed, store), key=order)
+    entries = by_store(of_store(listed, store))
     where = dest.describe()
     if store is not None:
         others = len(listed) - len(entries)
@@ -268,7 +262,7 @@ def verify_cmd(
             raise UsageError("--all verifies every backup: no FILE or --latest with it")
         dest = destination(source, endpoint_url, sse=sse_of(st))
         listed = dest.entries()
-        names = [entry.name for entry in of_store(listed, store)]
+        names = [entry.name for entry in by_store(of_store(listed, store))]
         if not names:
             if store is not None:
                 raise none_of(store, dest, listed)

@@ -175,6 +175,21 @@ def of_store(entries: list[Entry], store: StoreRef | None) -> list[Entry]:
     return [e for e in entries if e.manifest is None or same_store(e.manifest, store)]
 
 
+def by_store(entries: list[Entry]) -> list[Entry]:
+    """``entries`` grouped by store (backup_stores.groups), each group oldest first;
+    unreadable ones first."""
+    from triggerfish_cli.backup_stores import groups
+
+    readable = [entry for entry in entries if entry.manifest is not None]
+    by_manifest = {id(entry.manifest): entry for entry in readable}
+    grouped = groups(entry.manifest for entry in readable if entry.manifest is not None)
+    ordered = sorted((entry for entry in entries if entry.manifest is None), key=lambda e: e.name)
+    for manifests in sorted(grouped.values(), key=lambda ms: min(m.created for m in ms)):
+        group = [by_manifest[id(manifest)] for manifest in manifests]
+        ordered.extend(sorted(group, key=lambda entry: (entry.created, entry.name)))
+    return ordered
+
+
 def none_of(store: StoreRef, dest: Destination, entries: list[Entry]) -> NotFoundError:
     others = len([e for e in entries if e.manifest is not None])
     hint = f"{others} backup(s) of other stores there: --all-stores to see them" if others else None

@@ -49,7 +49,18 @@ def show_verified(out: Output, results: Sequence[Verified]) -> None:
         return
     if out.quiet:
         return
+    from triggerfish_cli.backup_stores import groups, label
+
+    stores = groups(result.manifest for result in results if result.manifest is not None)
+    heading = len(stores) > 1  # several stores' backups: a heading before each store's
+    group_of = {id(m): key for key, ms in stores.items() for m in ms}
+    shown: str | None = None
     for result in results:
+        group = group_of.get(id(result.manifest), "") if result.manifest else ""
+        if heading and group != shown:
+            shown = group
+            where = result.manifest.source if result.manifest else "unreadable"
+            out.line(f"store {label(result.manifest) or '?'} ({where}):")
         verdict = "ok" if result.ok else "FAILED"
         if result.sealed and result.ok:
             verdict = "ok outside the encryption"
