@@ -114,6 +114,9 @@ class Manifest:
     store_id: str | None = None
     #: The host the backup was made on (a SQLite path means something on it alone).
     host: str | None = None
+    #: A partial backup (``--max-taint``): rows classified above this level were left
+    #: out (backup_partial.py); None: every row is in it.
+    max_taint: str | None = None
     tool_version: str = __version__
     format_version: int = FORMAT_VERSION
     #: Encrypted archives: the recipients' fingerprints (backup_crypt.fingerprint).
@@ -183,7 +186,12 @@ class Manifest:
             "memories": dict(sorted(self.memories.items())),
             **({"frames": self.frames} if self.frames is not None else {}),
             **extra,
+            **({"partial": True, "max_taint": self.max_taint} if self.max_taint else {}),
         }
+
+    @property
+    def partial(self) -> bool:
+        return self.max_taint is not None
 
     @classmethod
     def from_dict(cls, data: Any, origin: str) -> Manifest:
@@ -246,6 +254,7 @@ class Manifest:
             frames=frames,
             store_id=_optional_text(data, "store_id", origin),
             host=_optional_text(data, "host", origin),
+            max_taint=_max_taint(data, origin),
             tool_version=str(data.get("tool_version", "")),
             format_version=version,
         )
@@ -301,6 +310,14 @@ class Manifest:
         inner.recipients = self.recipients
         inner.outer = self
         return inner
+
+
+def _max_taint(data: dict[str, Any], origin: str) -> str | None:
+    value = _optional_text(data, "max_taint", origin)
+    levels = ("PUBLIC", "INTERNAL", "CONFIDENTIAL", "RESTRICTED")
+    if (value is not None and value not in levels) or bool(data.get("partial")) != bool(value):
+        raise InvalidDataError(f"{origin}: manifest fields 'partial'/'max_taint' are invalid")
+    return value
 
 
 def _optional_text(data: dict[str, Any], name: str, origin: str) -> str | None:

@@ -42,6 +42,7 @@ from triggerfish_cli.backup_archive import (
 from triggerfish_cli.backup_crypt import Recipient
 from triggerfish_cli.backup_dest import Destination, temp_dir
 from triggerfish_cli.backup_snapshot import stream_snapshot
+from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.memory import LEVELS_BY_NAME
 from triggerfish_cli.progress import Reporter
@@ -156,6 +157,8 @@ class Created:
     #: The audit record of the backup in the store (None: the store could not be written).
     audit_key: str | None = None
     notes: list[str] = field(default_factory=list)
+    #: A partial backup: its level and what was left out (backup_partial.Ceiling.as_dict).
+    partial: dict[str, Any] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -165,6 +168,7 @@ class Created:
             "manifest": self.manifest.as_dict(),
             "audit_key": self.audit_key,
             "notes": self.notes,
+            **({"partial": self.partial} if self.partial is not None else {}),
         }
 
 
@@ -187,6 +191,7 @@ def create_backup(
     progress: Reporter | None = None,
     record: bool = True,
     recipients: list[Recipient] | None = None,
+    max_taint: Level | None = None,
 ) -> Created:
     """Back ``provider`` up into ``dest``; ``progress`` is told the phase and how far it got
     (bytes of the snapshot for a physical backup, keys for a logical one).
@@ -199,6 +204,9 @@ def create_backup(
 
     ``recipients``: the archive is encrypted to them (age; see backup_archive
     for the layout, backup_crypt for the stream).
+
+    ``max_taint`` (logical backups only): a partial backup without the rows
+    classified above that level (backup_partial.py); the manifest says so.
     """
     import time
 
@@ -213,6 +221,10 @@ def create_backup(
         raise UsageError(f"--level {level}: gzip levels are 0 to 9")
     if threads is None:
         threads = min(4, os.cpu_count() or 1)
+    if max_taint is not None and not logical:
+        raise UsageError(
+            "--max-taint needs --logical: a physical backup is a copy of the whole file"
+        )
     started = time.perf_counter()
     kind = choose_kind(provider, logical)
     notes: list[str] = []
@@ -235,6 +247,7 @@ def create_backup(
         sqlite_version=sqlite3.sqlite_version if provider.backend == "sqlite" else None,
         store_id=store_id,
         host=hostname(),
+        max_taint=max_taint.name if max_taint is not None else None,
     )
     options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":
@@ -292,7 +305,13 @@ def create_backup(
             if on_progress is not None:
                 on_progress(count)
 
-        chunks = _json_lines(provider.snapshot_scan(batch_size=5000), counter, advance)
+        rows: Iterable[tuple[str, str]] = provider.snapshot_scan(batch_size=5000)
+        if max_taint is not None:
+            from triggerfish_cli.backup_partial import Ceiling
+
+            ceiling = Ceiling(max_taint)
+            rows = (row for row in rows if ceiling.admits(*row))
+        chunks = _json_lines(rows, counter, advance)
         payload = _Payload(recipients)
         with dest.writer(name) as handle:
             with payload.into(handle) as sink:
@@ -302,6 +321,8 @@ def create_backup(
             _finish_payload(sink, manifest)
             _trailer(handle, manifest, payload)
     result = Created(name, dest.describe(), manifest, time.perf_counter() - started, notes=notes)
+    if max_taint is not None:
+        result.partial = ceiling.as_dict()
     if record:
         result.audit_key = _audit(provider, result, notes)
     return result
@@ -343,6 +364,7 @@ def _audit(provider: StorageProvider, done: Created, notes: list[str]) -> str | 
                 "label": manifest.label,
                 "payload_sha256": manifest.archive_sha256,
                 "encrypted": manifest.encrypted,
+                **({"partial": done.partial} if done.partial is not None else {}),
             },
         )
     except TriggerfishError as exc:

@@ -66,6 +66,8 @@ class Entry:
             "store_id": manifest.store_id if manifest else None,
             "source": manifest.source or None if manifest else None,
             "host": manifest.host if manifest else None,
+            "partial": manifest.partial if manifest else None,
+            "max_taint": manifest.max_taint if manifest else None,
             "error": self.error,
         }
 

@@ -471,7 +471,12 @@ def load_logical(
         "backup_restore",
         target=name,
         counts={"written": written, "deleted": deleted},
-        details={"kind": manifest.kind, "mode": mode, "created": manifest.created},
+        details={
+            "kind": manifest.kind,
+            "mode": mode,
+            "created": manifest.created,
+            **({"max_taint": manifest.max_taint} if manifest.partial else {}),
+        },
     )
     from triggerfish_cli.memory_index import bring_in_line
 

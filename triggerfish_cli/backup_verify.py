@@ -29,6 +29,8 @@ from triggerfish_cli.backup_archive import (
 from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows
 from triggerfish_cli.backup_crypt import Decryptor, Identities
 from triggerfish_cli.backup_dest import Destination
+from triggerfish_cli.backup_partial import above
+from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
@@ -62,6 +64,8 @@ class Verified:
             "store_id": self.manifest.store_id if self.manifest else None,
             "source": self.manifest.source if self.manifest else None,
             "host": self.manifest.host if self.manifest else None,
+            "partial": self.manifest.partial if self.manifest else None,
+            "max_taint": self.manifest.max_taint if self.manifest else None,
             "checks": self.checks,
             "failures": self.failures,
         }
@@ -118,7 +122,7 @@ def verify_file(
                     size = _write_snapshot(chunks, snapshot, durable)
                     counts = None
                 else:
-                    size, counts = _read_lines(chunks)
+                    size, counts = _read_lines(chunks, manifest, result)
             except VerificationError as exc:
                 damage = stream.damage()
                 if damage:
@@ -293,17 +297,32 @@ def _write_snapshot(chunks: Iterator[bytes | memoryview], snapshot: Path, durabl
     return size
 
 
-def _read_lines(chunks: Iterator[bytes | memoryview]) -> tuple[int, Counts]:
+def _read_lines(
+    chunks: Iterator[bytes | memoryview], manifest: Manifest, result: Verified
+) -> tuple[int, Counts]:
+    """Size and counts of a logical payload; a partial one holds nothing above its level."""
     counter = KeyCounter()
     size = 0
     previous: str | None = None
     number = 0
-    for key, _value, number, size_so_far in iter_lines(chunks):
+    ceiling = parse_level(manifest.max_taint) if manifest.max_taint else None
+    above_it = 0
+    for key, value, number, size_so_far in iter_lines(chunks):
         if previous is not None and key <= previous:
             raise_line(number, f"key {key!r} out of order (after {previous!r})")
         previous = key
         counter.add(key)
         size = size_so_far
+        if ceiling is not None and above(key, value, ceiling):
+            above_it += 1
+    if ceiling is not None:
+        if above_it:
+            result.failures.append(
+                f"partial: {above_it} row(s) classified above {ceiling.name}, "
+                "which this partial backup must not hold"
+            )
+        else:
+            result.checks.append(f"partial: nothing above {ceiling.name} (--max-taint)")
     return size, counter.counts()
 
 

@@ -31,7 +31,16 @@ from triggerfish_cli.cli.backup_options import (
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
 from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.metrics import MetricsOpt
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value, sub_app
+from triggerfish_cli.cli.options import (
+    DryRunOpt,
+    FormatOpt,
+    QuietOpt,
+    YesOpt,
+    check_level,
+    complete_level,
+    fmt_value,
+    sub_app,
+)
 from triggerfish_cli.errors import NotFoundError, UsageError
 
 app = sub_app(
@@ -67,6 +76,18 @@ def create_cmd(
             "(always so for Postgres and S3 stores).",
         ),
     ] = False,
+    max_taint: Annotated[
+        str | None,
+        typer.Option(
+            "--max-taint",
+            metavar="LEVEL",
+            callback=check_level,
+            autocompletion=complete_level,
+            help="With --logical: a partial backup for a lower clearance, without the "
+            "memories (and other records) classified above LEVEL; the manifest says so.",
+            show_default=False,
+        ),
+    ] = None,
     compression: Annotated[
         Compression, typer.Option("--compression", "-c", help="Compression of the archive.")
     ] = Compression.zstd,
@@ -135,11 +156,21 @@ def create_cmd(
     Where the settings require encryption, a plain archive is refused (exit
     4) unless --no-encrypt. --verify of an encrypted backup checks its
     contents only with --identity.
+
+    --logical --max-taint LEVEL leaves out every memory above LEVEL (and
+    every other record classified above it, such as conversation messages):
+    a partial copy for a lower-clearance environment; list, verify and
+    restore say it is partial.
     """
     from triggerfish_cli.backup_create import create_backup
     from triggerfish_cli.backup_settings import backup_settings, choose_recipients
     from triggerfish_cli.backup_verify import check, verify_in
+    from triggerfish_cli.classification import parse_level
 
+    if max_taint is not None and not logical:
+        raise UsageError(
+            "--max-taint needs --logical: a physical backup is a copy of the whole file"
+        )
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     run = metrics.begin(ctx, "backup_create", metrics_file)
@@ -163,6 +194,7 @@ def create_cmd(
             label=label,
             progress=bar,
             recipients=recipients,
+            max_taint=parse_level(max_taint) if max_taint is not None else None,
         )
     document = created.as_dict()
     metrics.backed_up(run, document)
@@ -192,6 +224,11 @@ def create_cmd(
             f"{manifest.payload_bytes} bytes ({ratio:.1f}x {manifest.compression}){sealed} "
             f"in {created.seconds:.1f} s{checked}"
         )
+        if created.partial is not None:
+            out.line(
+                f"partial: nothing above {created.partial['max_taint']} "
+                f"({created.partial['left_out']} row(s) left out)"
+            )
 
 
 @app.command("list")

@@ -37,10 +37,15 @@ def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
             Column("keys", "keys", "right"),
             text_column("label", "label"),
             Column("verified", "verified"),
+            Column("max_taint", "partial", render=_partial),
             text_column("error", "error"),
         ],
         empty=f"no backups in {where}",
     )
+
+
+def _partial(max_taint: Any) -> str:
+    return f"<= {max_taint}" if max_taint else ""
 
 
 def show_verified(out: Output, results: Sequence[Verified]) -> None:
@@ -115,8 +120,13 @@ def show_restore(out: Output, document: dict[str, Any]) -> None:
     prefix = "would restore" if document.get("dry_run") else "restored"
     backup = document.get("backup")
     if document.get("mode"):
+        partial = (
+            f" (partial: nothing above {document.get('max_taint')})"
+            if document.get("partial")
+            else ""
+        )
         out.line(
-            f"{prefix} {document.get('keys')} key(s) of {backup or 'the backup'} "
+            f"{prefix} {document.get('keys')} key(s) of {backup or 'the backup'}{partial} "
             f"({document.get('created')}) into {document['target']} ({document['mode']}): "
             f"{document.get('written', 0)} written, {document.get('deleted', 0)} deleted"
         )

@@ -90,7 +90,9 @@ def run_restore(
         )
     options = {**options, "identities": identities}
     check_store(manifest, name, store, other_store=options["other_store"])
-    named = {"backup": name, "backup_store": manifest_ref(manifest).as_dict()}
+    named: dict[str, Any] = {"backup": name, "backup_store": manifest_ref(manifest).as_dict()}
+    if manifest.partial:
+        named.update(partial=True, max_taint=manifest.max_taint)
     if manifest.kind == "physical" and target is not None:
         _physical(out, dest, name, target, manifest, store, named, options, dry_run)
     else:
@@ -209,9 +211,10 @@ def _logical(
         return
     if mode != "empty":
         what = "replace every key of" if mode == "replace" else "merge the backup into"
+        partial = f", partial: nothing above {manifest.max_taint}" if manifest.partial else ""
         out.confirm(
             f"{what} {provider.describe()} ({manifest.keys} keys from {name}, made "
-            f"{manifest.created})?",
+            f"{manifest.created}{partial})?",
             yes=options["yes"],
             what="the restore",
         )

@@ -114,6 +114,11 @@ def _check_taint(value: str) -> str:
     return value
 
 
+def check_level(value: str | None) -> str | None:
+    """An optional level option: checked when given (exit 2 otherwise)."""
+    return None if value is None else _check_taint(value)
+
+
 TaintOpt = Annotated[
     str,
     typer.Option(
