@@ -24,7 +24,7 @@ import fcntl
 import os
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -361,18 +361,31 @@ class Loaded:
         }
 
 
-def load_mode(provider: StorageProvider, *, replace: bool, merge: bool, force: bool = False) -> str:
+def load_mode(
+    provider: StorageProvider,
+    *,
+    replace: bool,
+    merge: bool,
+    force: bool = False,
+    include: Sequence[str] | None = None,
+) -> str:
     """``empty``, ``replace`` or ``merge``; a non-empty store without either is refused.
 
     ``replace`` is refused (exit 6) while other processes write the store (the
     gateway): the store becomes exactly the backup, so what they write meanwhile
     would be lost; ``force`` does it anyway. ``merge`` only adds and overwrites.
+    ``include`` (backup_include.py): only keys under those prefixes count.
     """
     if replace and merge:
         from triggerfish_cli.errors import UsageError
 
         raise UsageError("--replace and --merge exclude each other")
-    empty = next(iter(provider.scan_keys(batch_size=1)), None) is None
+    if include:
+        from triggerfish_cli.backup_include import holds_any
+
+        empty = not holds_any(provider, include)
+    else:
+        empty = next(iter(provider.scan_keys(batch_size=1)), None) is None
     if empty:
         return "empty"
     if replace:
@@ -389,6 +402,12 @@ def load_mode(provider: StorageProvider, *, replace: bool, merge: bool, force: b
         return "replace"
     if merge:
         return "merge"
+    if include:
+        raise RefusedError(
+            f"{provider.describe()} holds keys under {', '.join(include)}: a restore of "
+            "them needs --replace (they become exactly the backup's, all or nothing) or "
+            "--merge (the backup's keys are written over the store's, others stay)"
+        )
     raise RefusedError(
         f"{provider.describe()} is not empty: a logical restore needs --replace "
         "(the store becomes exactly the backup, all or nothing) or --merge "
@@ -434,33 +453,29 @@ def load_logical(
     on_progress: Callable[[int], None] | None = None,
     store_id: str | None = None,
     identities: Identities | None = None,
+    include: Sequence[str] | None = None,
 ) -> Loaded:
     """Verify the archive completely, then load its rows into ``provider``.
 
     ``store_id``: the identity a target without one takes (the backup's, when the
     store goes back where it was: backup_stores.new_identity); None: a fresh one.
+    ``include``: only the keys under those prefixes (backup_include.py).
     """
-    result: Verified = verify_file(
-        archive, name, snapshot=scratch / "snapshot.db", identities=identities
-    )
-    if result.sealed:
-        raise needs_identity(name)
-    if not result.ok:
-        raise VerificationError(
-            f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
-        )
+    from triggerfish_cli.backup_include import memory_levels, only
+
+    result = verified(archive, name, scratch, identities=identities)
     manifest = result.manifest
     assert manifest is not None
-    if mode == "merge":  # rows merged into a store that may hold memories: no write-down
+
+    def rows() -> Iterator[tuple[str, str]]:
+        found = _archive_rows(archive, manifest, scratch / "snapshot.db", identities)
+        return only(found, include) if include else found
+
+    if mode == "merge" or include:  # rows put beside a store's memories: no write-down
         from triggerfish_cli.memory import PREFIX, refuse_write_down
 
-        memories = (
-            row for row in _archive_rows(archive, manifest, scratch / "snapshot.db", identities)
-            if row[0].startswith(PREFIX)
-        )  # fmt: skip
-        refuse_write_down(memories, provider, name)
-    rows = _archive_rows(archive, manifest, scratch / "snapshot.db", identities)
-    written, deleted = _load(provider, rows, mode, on_progress)
+        refuse_write_down((row for row in rows() if row[0].startswith(PREFIX)), provider, name)
+    written, deleted = _load(provider, rows(), mode, on_progress, include)
     from triggerfish_cli import audit
     from triggerfish_cli.storage.identity import ensure_id
 
@@ -476,11 +491,13 @@ def load_logical(
             "mode": mode,
             "created": manifest.created,
             **({"max_taint": manifest.max_taint} if manifest.partial else {}),
+            **({"include": list(include)} if include else {}),
         },
     )
     from triggerfish_cli.memory_index import bring_in_line
 
-    notes = [bring_in_line(provider)] if written or deleted else []
+    levels = memory_levels(include) if include else None
+    notes = [bring_in_line(provider, levels)] if (written or deleted) and levels != () else []
     return Loaded(provider.describe(), mode, written, deleted, manifest, result.checks, notes=notes)
 
 
@@ -492,6 +509,49 @@ def needs_identity(name: str) -> TriggerfishError:
         f"{name} is encrypted: restoring it needs its identity: nothing restored",
         hint=f"give --identity FILE (or set {IDENTITY_ENV} to the file's path)",
     )
+
+
+def verified(
+    archive: Path,
+    name: str,
+    scratch: Path,
+    consequence: str = "nothing restored",
+    *,
+    identities: Identities | None = None,
+) -> Verified:
+    """The archive verified completely (a physical one decompressed into the scratch);
+    an encrypted one needs ``identities``."""
+    result: Verified = verify_file(
+        archive, name, snapshot=scratch / "snapshot.db", identities=identities
+    )
+    if result.sealed:
+        raise needs_identity(name)
+    if not result.ok:
+        raise VerificationError(
+            f"{name}: verification failed, {consequence}: {'; '.join(result.failures)}"
+        )
+    return result
+
+
+def plan_include(
+    archive: Path,
+    name: str,
+    provider: StorageProvider | None,
+    mode: str,
+    include: Sequence[str],
+    *,
+    scratch: Path,
+    identities: Identities | None = None,
+) -> Any:
+    """What ``--include`` would restore, per namespace (backup_include.IncludePlan)."""
+    from triggerfish_cli.backup_include import plan
+
+    result = verified(archive, name, scratch, identities=identities)
+    assert result.manifest is not None
+    rows = _archive_rows(archive, result.manifest, scratch / "snapshot.db", identities)
+    found = plan(rows, provider, include, mode)
+    found.checks = result.checks
+    return found
 
 
 def _archive_rows(
@@ -517,8 +577,12 @@ def _load(
     rows: Iterator[tuple[str, str]],
     mode: str,
     on_progress: Callable[[int], None] | None,
+    include: Sequence[str] | None = None,
 ) -> tuple[int, int]:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    """Load ``rows``; ``replace`` first deletes every key (``include``: those under
+    the prefixes only)."""
+    from triggerfish_cli.backup_include import target_keys
+    from triggerfish_cli.storage.sqlite import SqliteStorage, range_clause
 
     def advance(count: int) -> None:
         if on_progress is not None:
@@ -527,7 +591,11 @@ def _load(
     if isinstance(provider, SqliteStorage) and provider.atomic_loads():
         written = deleted = 0
         with provider.transaction("restore") as conn:  # all or nothing
-            if mode == "replace":
+            if mode == "replace" and include:
+                for prefix in include:
+                    where, params = range_clause(prefix)
+                    deleted += conn.execute(f"DELETE FROM kv WHERE {where}", params).rowcount
+            elif mode == "replace":
                 deleted = conn.execute("DELETE FROM kv").rowcount
             for batch in batched(rows, 5000):
                 conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", batch)
@@ -537,9 +605,13 @@ def _load(
     if provider.backend == "postgres" and mode != "merge":
         pg: Any = provider
         with pg.connection.transaction():  # the provider's own transactions nest as savepoints
-            deleted = provider.count() if mode == "replace" else 0
-            if mode == "replace":
-                provider.clear()
+            if mode == "replace" and include:
+                doomed = list(target_keys(provider, include))
+                deleted = provider.delete_many(doomed, batch_size=1000) if doomed else 0
+            else:
+                deleted = provider.count() if mode == "replace" else 0
+                if mode == "replace":
+                    provider.clear()
             written = _write_batches(provider, rows, advance)
         return written, deleted
     written = 0
@@ -554,7 +626,8 @@ def _load(
             yield key, value
 
     written = _write_batches(provider, remember(rows), advance)
-    extra = [key for key in provider.scan_keys(batch_size=5000) if key not in kept]
+    present = target_keys(provider, include) if include else provider.scan_keys(batch_size=5000)
+    extra = [key for key in present if key not in kept]
     deleted = provider.delete_many(extra, batch_size=1000) if extra else 0
     return written, deleted
 

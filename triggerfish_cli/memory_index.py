@@ -198,8 +198,9 @@ def index_for(provider: StorageProvider) -> MemoryIndex:
 # -- FTS5 queries (shared by the SQLite index and the scan index) -----------------
 
 
-def bring_in_line(provider: StorageProvider) -> str:
-    """After a bulk load into ``provider``: its memory search index, every level, matches kv.
+def bring_in_line(provider: StorageProvider, levels: Sequence[Level] | None = None) -> str:
+    """After a bulk load into ``provider``: its memory search index matches kv (at
+    ``levels``; None: every level).
 
     The gateway searches its own SQLite index (``memory_fts``, ``memory_meta``):
     rows loaded behind its back would be missing from its results. The data is
@@ -210,7 +211,7 @@ def bring_in_line(provider: StorageProvider) -> str:
 
     try:
         index = index_for(provider)
-        drift = index.repair(visible_levels(Level.RESTRICTED))
+        drift = index.repair(visible_levels(Level.RESTRICTED) if levels is None else levels)
     except TriggerfishError as exc:
         return f"the memory search index was not rebuilt ({exc.message}): run `memory reindex`"
     return f"memory search index ({index.kind}): {drift.fixed} row(s) brought in line"

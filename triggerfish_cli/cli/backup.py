@@ -376,6 +376,25 @@ def restore_cmd(
         bool,
         typer.Option("--merge", help="Logical restore into a non-empty store: backup values win."),
     ] = False,
+    logical: Annotated[
+        bool,
+        typer.Option(
+            "--logical",
+            help="Load key by key even a physical backup into a SQLite store "
+            "(as --replace/--merge do), instead of swapping the file in.",
+        ),
+    ] = False,
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include",
+            metavar="PREFIX",
+            help="Restore only the keys under PREFIX (a key prefix, or a namespace name "
+            "such as cron); repeatable. Loads key by key (as --logical); nothing else "
+            "in the store changes.",
+            show_default=False,
+        ),
+    ] = None,
     force: Annotated[
         bool,
         typer.Option("--force", help="Restore even while another process has the store open."),
@@ -405,14 +424,25 @@ def restore_cmd(
     into an empty store, or with --replace (all or nothing) or --merge.
     A failed restore leaves the store as it was. An encrypted backup needs
     --identity (exit 2 without; exit 4 when it opens none of its recipients).
+
+    --include PREFIX (repeatable) restores only the keys under those prefixes,
+    key by key: a store holding none of them takes them as they are; else
+    --merge writes the backup's over them, --replace makes them exactly the
+    backup's (the store's keys under the prefixes are deleted first, in the
+    same transaction). Keys under no included prefix are never touched. The
+    dry run counts, per namespace, what would be written and deleted.
     """
+    from triggerfish_cli.backup_include import normalize
     from triggerfish_cli.cli.backup_restore import run_restore, run_undo, target_store
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
+    prefixes = normalize(include) if include else ()
     if undo:
-        if file or latest or replace or merge:
-            raise UsageError("--undo takes no FILE, --latest, --replace or --merge")
+        if file or latest or replace or merge or logical or prefixes:
+            raise UsageError(
+                "--undo takes no FILE, --latest, --replace, --merge, --logical or --include"
+            )
         target = _sqlite_target(st, to)
         if target is None:
             raise UsageError("--undo applies to a SQLite store (give --db or --to)")
@@ -434,6 +464,8 @@ def restore_cmd(
             "force": force,
             "yes": yes,
             "other_store": other_store,
+            "logical": logical or bool(prefixes),
+            "include": prefixes,
         },
         dry_run=dry_run,
         identities=identities(identity),

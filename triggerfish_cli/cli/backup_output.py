@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from triggerfish_cli.cli.output import Column, Output, human_bytes, text_column
+from triggerfish_cli.cli.output import Column, Output, human_bytes, safe, text_column
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup_dest import Entry
@@ -125,11 +125,19 @@ def show_restore(out: Output, document: dict[str, Any]) -> None:
             if document.get("partial")
             else ""
         )
+        if document.get("include"):
+            partial += f" under {', '.join(document['include'])}"
         out.line(
             f"{prefix} {document.get('keys')} key(s) of {backup or 'the backup'}{partial} "
             f"({document.get('created')}) into {document['target']} ({document['mode']}): "
             f"{document.get('written', 0)} written, {document.get('deleted', 0)} deleted"
         )
+        for space, counts in (document.get("namespaces") or {}).items():
+            out.line(
+                f"  {safe(space)}: {counts['write']} to write"
+                + (f", {counts['delete']} to delete" if counts["delete"] else "")
+                + (f" ({counts['in_target']} in the store)" if counts["in_target"] else "")
+            )
     elif backup:
         out.line(f"{prefix} {backup} ({document.get('created')}) as {document['target']}")
     else:

@@ -93,7 +93,7 @@ def run_restore(
     named: dict[str, Any] = {"backup": name, "backup_store": manifest_ref(manifest).as_dict()}
     if manifest.partial:
         named.update(partial=True, max_taint=manifest.max_taint)
-    if manifest.kind == "physical" and target is not None:
+    if manifest.kind == "physical" and target is not None and not options["logical"]:
         _physical(out, dest, name, target, manifest, store, named, options, dry_run)
     else:
         _logical(st, out, dest, name, target, manifest, store, named, options, dry_run)
@@ -166,21 +166,24 @@ def _logical(
     from triggerfish_cli.backup_restore import load_logical, load_mode, safety_backup
     from triggerfish_cli.backup_stores import new_identity
 
+    include = options["include"]
+    if include:
+        named["include"] = list(include)
     if dry_run and store.exists is False:  # nothing made by a dry run
-        show_restore(
-            out,
-            {
-                **named,
-                "target": store.source,
-                "mode": "empty",
-                "written": 0,
-                "deleted": 0,
-                "created": manifest.created,
-                "keys": manifest.keys,
-                "checks": [],
-                "dry_run": True,
-            },
-        )
+        document = {
+            **named,
+            "target": store.source,
+            "mode": "empty",
+            "written": 0,
+            "deleted": 0,
+            "created": manifest.created,
+            "keys": manifest.keys,
+            "checks": [],
+            "dry_run": True,
+        }
+        if include:
+            document.update(_included(dest, name, None, "empty", options))
+        show_restore(out, document)
         return
     if target is not None:
         from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -191,26 +194,36 @@ def _logical(
     else:
         provider = st.provider(create=True)  # a restore into an empty target makes it
     mode = load_mode(
-        provider, replace=options["replace"], merge=options["merge"], force=options["force"]
+        provider,
+        replace=options["replace"],
+        merge=options["merge"],
+        force=options["force"],
+        include=include,
     )
     if dry_run:
-        show_restore(
-            out,
-            {
-                **named,
-                "target": provider.describe(),
-                "mode": mode,
-                "written": 0,
-                "deleted": 0,
-                "created": manifest.created,
-                "keys": manifest.keys,
-                "checks": [],
-                "dry_run": True,
-            },
-        )
+        document = {
+            **named,
+            "target": provider.describe(),
+            "mode": mode,
+            "written": 0,
+            "deleted": 0,
+            "created": manifest.created,
+            "keys": manifest.keys,
+            "checks": [],
+            "dry_run": True,
+        }
+        if include:
+            document.update(_included(dest, name, provider, mode, options))
+        show_restore(out, document)
         return
     if mode != "empty":
         what = "replace every key of" if mode == "replace" else "merge the backup into"
+        if include:
+            what = (
+                f"replace the keys under {', '.join(include)} of"
+                if mode == "replace"
+                else f"merge the backup's keys under {', '.join(include)} into"
+            )
         partial = f", partial: nothing above {manifest.max_taint}" if manifest.partial else ""
         out.confirm(
             f"{what} {provider.describe()} ({manifest.keys} keys from {name}, made "
@@ -236,6 +249,7 @@ def _logical(
                 on_progress=bar.advance,
                 store_id=new_identity(manifest, store),
                 identities=options.get("identities"),
+                include=include,
             )
     except (TriggerfishError, KeyboardInterrupt):
         if kept:
@@ -245,7 +259,30 @@ def _logical(
                 + (" --identity FILE`" if kept.endswith(".age") else "`")
             )
         raise
-    show_restore(out, {**named, **result.as_dict(), "kept": kept})
+    document = {**named, **result.as_dict(), "kept": kept}
+    if include:
+        document["keys"] = result.written
+    show_restore(out, document)
+
+
+def _included(
+    dest: Destination, name: str, provider: Any, mode: str, options: dict[str, Any]
+) -> dict[str, Any]:
+    """The dry run of --include: the archive read through, counted per namespace."""
+    from triggerfish_cli.backup_dest import temp_dir
+    from triggerfish_cli.backup_restore import plan_include
+
+    with temp_dir(dest.scratch_dir(), "restore") as work, dest.local_copy(name, work) as path:
+        found = plan_include(
+            path,
+            name,
+            provider,
+            mode,
+            options["include"],
+            scratch=work,
+            identities=options.get("identities"),
+        )
+    return {**found.as_dict(), "checks": found.checks}
 
 
 def _safety_recipients(st: AppState) -> list[Any] | None:
