@@ -30,6 +30,7 @@ from triggerfish_cli.cli.backup_options import (
 )
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
 from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.kv import RawTaintOpt
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     DryRunOpt,
@@ -470,6 +471,82 @@ def restore_cmd(
         dry_run=dry_run,
         identities=identities(identity),
     )
+
+
+@app.command("diff")
+def diff_cmd(
+    ctx: typer.Context,
+    a: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[A]",
+            help="From: a backup file, the name of one in --from, or `current` (the live "
+            "store). With --latest this is B.",
+            show_default=False,
+        ),
+    ] = None,
+    b: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[B]",
+            help="To: a backup as A, or `current`: the live store (default).",
+            show_default=False,
+        ),
+    ] = None,
+    latest: Annotated[
+        bool, typer.Option("--latest", help="A is the newest backup of this store in --from.")
+    ] = False,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    keys: Annotated[
+        bool,
+        typer.Option(
+            "--keys",
+            help="List the keys too: + added, - removed, M changed (control characters "
+            "escaped). Naming memory keys above PUBLIC writes an audit record, as kv list.",
+        ),
+    ] = False,
+    taint: RawTaintOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Exit 1 when they differ, 0 when identical (as git diff --exit-code); "
+            "with -q print nothing",
+        ),
+    ] = False,
+    scratch: ScratchOpt = None,
+    identity: IdentityOpt = None,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Keys added, removed and changed per namespace between two backups, or a backup
+    and the live store (as restic diff); values are compared, never shown.
+
+    Logical and physical backups alike; each backup is verified first (exit 5
+    when damaged). Exit 0 whether or not they differ, unless --exit-code.
+    --format json gives {"from", "to", "identical", "namespaces": {NS: {"added",
+    "removed", "changed"}}, "totals"} and with --keys "keys": {"added": [...], ...}.
+    With --taint, memory rows above it are left out (neither counted nor named).
+    An encrypted backup needs --identity.
+    """
+    from triggerfish_cli.cli.backup_diff import run_diff
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    differ = run_diff(
+        st,
+        out,
+        (a, b, latest),
+        (source, endpoint_url),
+        keys=keys,
+        taint=taint,
+        exit_code=exit_code,
+        scratch=scratch,
+        identities=identities(identity),
+    )
+    if exit_code and differ:
+        raise typer.Exit(1)
 
 
 @app.command("prune")
