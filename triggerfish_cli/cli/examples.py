@@ -78,12 +78,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "backup create": (
         f"{P} backup create --verify --label nightly",
         f"{P} backup create --to s3://bucket/tf/ -f json",
+        f"{P} backup create --logical --max-taint INTERNAL --to /mnt/handover",
     ),
     "backup list": (f"{P} backup list", f"{P} backup list --from s3://bucket/tf/ --all-stores"),
     "backup verify": (f"{P} backup verify --latest", f"{P} backup verify --all"),
     "backup restore": (
         f"{P} backup restore --latest --dry-run",
         f"{P} backup restore --undo --dry-run",
+        f"{P} backup restore --latest --include cron --merge --dry-run",
+    ),
+    "backup diff": (
+        f"{P} backup diff --latest",
+        f"{P} backup diff A.db.zst B.jsonl.zst --keys --exit-code",
     ),
     "backup prune": (
         f"{P} backup prune --keep-daily 7 --keep-monthly 6 --dry-run",
