@@ -42,7 +42,8 @@ class Side:
     created: str | None = None
     keys: int | None = None
     store_id: str | None = None
-    partial: bool = False
+    #: A partial backup's level (``--max-taint``): it holds nothing above it.
+    max_taint: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -51,18 +52,19 @@ class Side:
             "created": self.created,
             "keys": self.keys,
             "store_id": self.store_id,
-            **({"partial": True} if self.partial else {}),
+            **({"partial": True, "max_taint": self.max_taint} if self.max_taint else {}),
         }
 
     def describe(self) -> str:
         if self.kind == "live":
             return f"{self.name} (the live store)"
-        return f"{self.name} ({self.created}, {self.keys} keys)"
+        partial = f", partial: nothing above {self.max_taint}" if self.max_taint else ""
+        return f"{self.name} ({self.created}, {self.keys} keys{partial})"
 
 
 def backup_side(name: str, manifest: Manifest) -> Side:
     return Side(
-        "backup", name, manifest.created, manifest.keys, manifest.store_id, manifest.partial
+        "backup", name, manifest.created, manifest.keys, manifest.store_id, manifest.max_taint
     )
 
 

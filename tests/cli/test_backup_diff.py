@@ -143,6 +143,22 @@ def test_memory_rows_follow_the_raw_views_taint_and_audit_rules(cli: CliFn, db: 
     assert "memory:" not in table.stdout
 
 
+def test_a_partial_backup_is_named_partial(cli: CliFn, db: Path) -> None:
+    """A partial backup against the store it came from: what it left out shows as added."""
+    name = backup(cli, "--logical", "--max-taint", "INTERNAL")
+    table = cli("backup", "diff", name, "--taint", "INTERNAL")
+    assert "partial: nothing above INTERNAL" in table.stdout
+    document = diff(cli, name)
+    assert document["from"]["partial"] is True and document["from"]["max_taint"] == "INTERNAL"
+    assert document["namespaces"]["memory:"]["added"] > 0 and "keys" not in document
+    # at INTERNAL only the row whose key says PUBLIC but whose record claims RESTRICTED
+    # (left out of the partial backup by its record) shows
+    low = diff(cli, name, "--taint", "INTERNAL", "--keys")
+    assert [k for k in low["keys"]["added"] if k.startswith("memory:")] == [
+        mkey(MAIN, "PUBLIC", "liar")
+    ]
+
+
 def test_a_damaged_backup_is_no_diff(cli: CliFn, db: Path) -> None:
     from tests.test_backup import _damage
 
