@@ -77,14 +77,12 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "backup create": (
         f"{P} backup create --verify --label nightly",
-        f"{P} backup create --to s3://bucket/tf/ -f json",
-        f"{P} backup create --logical --max-taint INTERNAL --to /mnt/handover",
+        f"{P} backup create --logical --max-taint INTERNAL --to s3://bucket/handover/",
     ),
     "backup list": (f"{P} backup list", f"{P} backup list --from s3://bucket/tf/ --all-stores"),
     "backup verify": (f"{P} backup verify --latest", f"{P} backup verify --all"),
     "backup restore": (
         f"{P} backup restore --latest --dry-run",
-        f"{P} backup restore --undo --dry-run",
         f"{P} backup restore --latest --include cron --merge --dry-run",
     ),
     "backup diff": (
