@@ -170,3 +170,21 @@ def test_a_damaged_backup_is_no_diff(cli: CliFn, db: Path) -> None:
     assert cli("backup", "diff").exit_code == 2
     assert cli("backup", "diff", "--latest", "a", "b").exit_code == 2
     assert cli("backup", "diff", "no-such-backup.jsonl.zst").exit_code == 3
+
+
+@pytest.mark.parametrize("kind", ["physical", "logical"])
+def test_an_encrypted_backup_needs_its_identity(
+    cli: CliFn, db: Path, tmp_path: Path, kind: str
+) -> None:
+    identity = tmp_path / "keys" / "backup.key"
+    identity.parent.mkdir()
+    keyed = cli("backup", "keygen", "-o", str(identity))
+    assert keyed.exit_code == 0, keyed.stderr
+    extra = ["--logical"] if kind == "logical" else []
+    name = backup(cli, *extra, "-r", keyed.stdout.strip())
+    change(db)
+    refused = cli("backup", "diff", name)
+    assert refused.exit_code == 2 and "--identity" in refused.stderr
+    document = diff(cli, name, "--identity", str(identity))
+    assert without_audit(document)["sessions:"] == {"added": 0, "removed": 1, "changed": 0}
+    assert document["from"]["keys"] > 0

@@ -85,6 +85,10 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         f"{P} backup restore --latest --dry-run",
         f"{P} backup restore --latest --include cron --merge --dry-run",
     ),
+    "backup keygen": (
+        f"{P} backup keygen -o ~/.config/triggerfish/backup.key",
+        f"{P} backup keygen -o backup.key > backup.pub",
+    ),
     "backup diff": (
         f"{P} backup diff --latest",
         f"{P} backup diff A.db.zst B.jsonl.zst --keys --exit-code",
