@@ -16,7 +16,10 @@ transaction this tool makes on a SQLite store passes through
    to each writer and wait until every one of its threads is stopped (state
    ``T``); a process that opened the store since the scan is stopped too;
 4. ``BEGIN IMMEDIATE`` without waiting; busy means a writer was inside its own
-   transaction: resume everyone, back off a few milliseconds and try again;
+   transaction: resume everyone (it must run to finish it), then poll SQLite's
+   write lock every half millisecond or so, with a little random jitter and
+   everyone running, and freeze again the moment it is free (no rescan in
+   between: a gateway's gap between two writes can be a few milliseconds);
 5. run the caller's statements (a SQLite progress handler rolls them back if
    the freeze would outlast ``cap``), COMMIT, SIGCONT at once; then, with
    everyone running again, make the commit durable (fsync of the WAL) and
@@ -47,6 +50,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import signal
 import sqlite3
 import threading
@@ -109,7 +113,8 @@ class GateStats:
     freezes: int = 0
     frozen_seconds: float = 0.0
     longest_freeze: float = 0.0
-    #: Tries given up because a writer was inside its own transaction.
+    #: Times a writer was met inside its own transaction (a try given up, or a wait for
+    #: its write lock to be free).
     busy_retries: int = 0
     #: Tries given up because a writer did not stop in time.
     stop_timeouts: int = 0
@@ -146,6 +151,10 @@ class GateStats:
 class FreezeTooLong(BusyError):
     """The transaction would have kept the gateway stopped longer than the gate allows."""
 
+
+#: Seconds between two looks at the write lock while a live writer is inside its own
+#: transaction (plus a random jitter of up to as much again).
+POLL = 0.0005
 
 #: How often a transaction cut short is tried again before giving up: a cut is
 #: usually a hiccup (our process descheduled on a loaded machine), not its size.
@@ -315,6 +324,8 @@ class WriteGate:
         self._known: set[int] = set()
         self._resumed_at = 0.0
         self._last_freeze = 0.0
+        #: The last try was given up because a writer was inside its own transaction.
+        self._busy = False
         #: fsync the WAL after each commit (off for idempotent bulk jobs: a sweep).
         self.durable = True
         self._checkpointer: Checkpointer | None = None
@@ -373,6 +384,7 @@ class WriteGate:
     def transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` with every live writer stopped meanwhile."""
         self.stats.transactions += 1
+        self._busy = False
         self.prepare(conn)
         writers = self.writers()
         exposed = self.mode == "ignore" and bool(writers)
@@ -383,6 +395,7 @@ class WriteGate:
         backoff = 0.002
         while writers:
             self._rest()
+            self._await_write_lock(give_up)
             with signals_held():
                 freeze = self._freeze(conn, writers)
                 if freeze is not None:
@@ -407,6 +420,8 @@ class WriteGate:
                     f"{self.patience:g} s ({describe_writers(writers)}); nothing was written",
                     hint="retry later, or raise storage.busy_timeout_ms",
                 )
+            if self._busy:
+                continue  # a writer inside its own transaction, running again: poll its lock
             time.sleep(backoff)
             backoff = min(backoff * 2, 0.05)
             writers = self.writers()
@@ -427,6 +442,28 @@ class WriteGate:
                 self.stats.exposed_seconds += self.last_hold
         self._after_commit(conn)
 
+    def _await_write_lock(self, until: float) -> None:
+        """Poll SQLite's write lock (the -shm's WRITER byte), everyone running, until it is free.
+
+        A live writer inside its own transaction must run to finish it, so
+        nobody is stopped meanwhile; the poll is a lock query (no lock taken,
+        nothing the gateway could meet), every ``POLL`` seconds plus a random
+        jitter of up to as much again, until ``until``. Where the lock cannot
+        be seen (no -shm, no OFD locks), ``BEGIN IMMEDIATE`` is the probe:
+        :meth:`_freeze` gives the try up when it is busy and the caller comes
+        back here after the same short pause.
+        """
+        if self._busy:
+            self._busy = False
+            time.sleep(POLL + random.uniform(0, POLL))
+        if shm_lock_holder(self.db, SHM_WRITE_LOCK) is None:
+            return
+        self.stats.busy_retries += 1
+        while time.monotonic() < until:
+            time.sleep(POLL + random.uniform(0, POLL))
+            if shm_lock_holder(self.db, SHM_WRITE_LOCK) is None:
+                return
+
     def _rest(self) -> None:
         """Let the gateway run ``rest_ratio`` times as long as our last freeze stopped it."""
         if not self._resumed_at:
@@ -441,6 +478,7 @@ class WriteGate:
         assert self.table is not None
         if shm_lock_holder(self.db, SHM_WRITE_LOCK) is not None:
             self.stats.busy_retries += 1
+            self._busy = True
             return None  # a writer is inside its own transaction: let it finish first
         if not self._gate_lock():
             return None  # another process of ours is freezing right now
@@ -460,7 +498,8 @@ class WriteGate:
                 if "locked" not in str(exc) and "busy" not in str(exc):
                     raise
                 self.stats.busy_retries += 1
-                self._abandon(freeze)
+                self._busy = True
+                self._abandon(freeze)  # thawed: it finishes its transaction while we poll
                 return None
             finally:
                 conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
