@@ -242,6 +242,7 @@ OUR_SECTIONS: dict[str, str] = {
     "retention": "triggerfish_cli.retention:check_section",
     "metrics": "triggerfish_cli.metrics:check_section",
     "backup": "triggerfish_cli.backup_settings:check_section",
+    "checks": "triggerfish_cli.checks:check_section",
 }
 
 

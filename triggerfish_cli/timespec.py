@@ -1,5 +1,9 @@
 """The one grammar for durations and times that every option and config setting takes.
 
+Sizes (thresholds): a whole number of bytes, or a number and a unit, binary
+(``KiB``, ``MiB``, ``GiB``, ``TiB``, also written ``K``, ``M``, ``G``, ``T``)
+or decimal (``kB``, ``MB``, ``GB``, ``TB``): ``64MiB``, ``1.5G``, ``500MB``.
+
 Durations: a number and a unit, or several run together: ``45s``, ``30m``,
 ``12h``, ``30d``, ``2w``, ``1y`` (365 days), ``1d12h``. Times: an ISO-8601
 time (``2026-03-28T14:05:40.902Z``, ``2026-03-28T14:05:40+02:00``, a time
@@ -50,3 +54,34 @@ def parse_moment(text: str) -> datetime | None:
         except ValueError:
             return None
     return parse_iso(cleaned)
+
+
+_SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([a-z]*)")
+SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    **{p: 1024**n for n, p in enumerate(("k", "m", "g", "t"), 1)},
+    **{p + "ib": 1024**n for n, p in enumerate(("k", "m", "g", "t"), 1)},
+    **{p + "b": 1000**n for n, p in enumerate(("k", "m", "g", "t"), 1)},
+}
+SIZE_GRAMMAR = "bytes, or a number and a unit such as 64MiB, 1.5G or 500MB"
+
+
+def parse_size(text: str) -> int:
+    """``64MiB`` -> 67108864; ``500MB`` -> 500000000. ValueError naming the grammar otherwise."""
+    match = _SIZE.fullmatch(text.strip().lower())
+    if match is None or match.group(2) not in SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size: use {SIZE_GRAMMAR}")
+    return int(float(match.group(1)) * SIZE_UNITS[match.group(2)])
+
+
+def format_size(size: int) -> str:
+    """``67108864`` -> ``64MiB``; ``1536`` -> ``1.5KiB``; below 1 KiB in bytes (``512B``)."""
+    if size < 1024:
+        return f"{size}B"
+    value, unit = float(size), "B"
+    for unit in ("KiB", "MiB", "GiB", "TiB"):  # noqa: B007 - the last unit reached is used
+        value /= 1024
+        if value < 1024:
+            break
+    return f"{value:.1f}".rstrip("0").rstrip(".") + unit

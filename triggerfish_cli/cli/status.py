@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
-from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.backup_options import EndpointOpt
+from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.options import FormatOpt, fmt_value
 from triggerfish_cli.cli.output import Column, Output, human_bytes
 
@@ -19,7 +20,20 @@ HELP = (
     "command, user, whether we may pause them); the gateway daemon (<base>/daemon.json); "
     "the last sweep and backup recorded in the store, the newest backup of this store in "
     "the default destination, memory index drift (counts) and the config versions held. "
-    "--format json for monitoring. Exit 7 when the store does not exist."
+    "--format json for monitoring. Exit 7 when the store does not exist.\n\n"
+    "--check: a monitoring plugin (Nagios, Icinga, Sensu, ...). It checks the age of the "
+    "newest verified backup of this store (--backup-age), the time since the last "
+    "successful sweep (--sweep-age), the WAL size (--wal-size), memory index drift "
+    "(--index-drift), the config versions held (--config-versions, alerting when fewer) "
+    "and that the backup destination can be reached (--backups, --endpoint-url). Limits "
+    "are WARN[:CRIT] (26h:50h, 64MiB:256MiB, 0:100) or off, from the flags, else the "
+    "checks: section of triggerfish.yaml, else the defaults (backup and sweep 26h:50h, "
+    "WAL 64MiB:256MiB, drift 0:100, config versions 1). It prints a status line "
+    "(TRIGGERFISH <STATE> - ... | perfdata) and one line per finding; --format json gives "
+    "the same findings. With --check the exit codes are the plugin convention's, not the "
+    "usual ones: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst finding wins; any "
+    "error, a store that does not exist included, is UNKNOWN with one line). It reads "
+    "only."
 )
 
 app = typer.Typer(
@@ -32,12 +46,85 @@ app = typer.Typer(
 )
 
 
+def _limit_opt(name: str, example: str, what: str) -> Any:
+    return typer.Option(
+        f"--{name}",
+        metavar="WARN[:CRIT]",
+        help=f"With --check: {what} (e.g. {example}; off turns it off).",
+        show_default=False,
+    )
+
+
+CheckOpt = Annotated[
+    bool,
+    typer.Option(
+        "--check",
+        help="Check thresholds as a monitoring plugin: exit 0 OK, 1 WARNING, 2 CRITICAL, "
+        "3 UNKNOWN (not the usual exit codes).",
+    ),
+]
+BackupAgeOpt = Annotated[
+    str | None,
+    _limit_opt("backup-age", "26h:50h", "the newest verified backup of this store older than"),
+]
+SweepAgeOpt = Annotated[
+    str | None,
+    _limit_opt("sweep-age", "26h:50h", "the last successful retention sweep older than"),
+]
+WalSizeOpt = Annotated[
+    str | None, _limit_opt("wal-size", "64MiB:256MiB", "the SQLite WAL larger than")
+]
+IndexDriftOpt = Annotated[
+    str | None,
+    _limit_opt("index-drift", "0:100", "more memory index entries to fix than"),
+]
+ConfigVersionsOpt = Annotated[
+    str | None,
+    _limit_opt("config-versions", "3:1", "fewer stored config versions than"),
+]
+BackupsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--backups",
+        metavar="DIR|s3://BUCKET/PREFIX",
+        help="With --check: the backup destination to check (default: checks.backups, "
+        "else <base>/backups/store/).",
+        show_default=False,
+    ),
+]
+
+
 @app.command("status", help=HELP)
-def status_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
-    from triggerfish_cli.errors import MissingStoreError
+def status_cmd(
+    ctx: typer.Context,
+    fmt: FormatOpt = None,
+    check: CheckOpt = False,
+    backup_age: BackupAgeOpt = None,
+    sweep_age: SweepAgeOpt = None,
+    wal_size: WalSizeOpt = None,
+    index_drift: IndexDriftOpt = None,
+    config_versions: ConfigVersionsOpt = None,
+    backups: BackupsOpt = None,
+    endpoint_url: EndpointOpt = None,
+) -> None:
+    from triggerfish_cli.errors import MissingStoreError, UsageError
     from triggerfish_cli.status import collect
 
     st = state(ctx)
+    flags = {
+        "backup_age": backup_age,
+        "sweep_age": sweep_age,
+        "wal_size": wal_size,
+        "index_drift": index_drift,
+        "config_versions": config_versions,
+        "backups": backups,
+        "endpoint_url": endpoint_url,
+    }
+    if check:
+        raise typer.Exit(run_check(st, fmt_value(fmt), flags))
+    given = [name for name, value in flags.items() if value is not None]
+    if given:
+        raise UsageError(f"--{given[0].replace('_', '-')} only applies with --check")
     out = st.output(fmt_value(fmt))
     report = collect(st.storage_config(), st.provider)
     if report.exists or out.fmt != "table":  # a monitor gets the report of a missing store too
@@ -133,3 +220,24 @@ def _newest(newest: dict[str, Any] | None) -> str:
         f"{newest['name']} ({newest['created']}, verified {newest['verified']}; "
         f"{newest['backups']} of this store in {newest['destination']})"
     )
+
+
+def run_check(st: AppState, fmt: str | None, flags: dict[str, str | None]) -> int:
+    """``status --check``: the plugin's output and exit code; any error is UNKNOWN (3)."""
+    from triggerfish_cli import checks
+
+    out = st.output(fmt, quiet=False)
+    try:
+        settings = st.settings()
+        limits = checks.thresholds(settings.data.get("checks"), flags, settings.path)
+        report = checks.run_checks(st.storage_config(), st.provider, limits)
+    except Exception as exc:  # a plugin says UNKNOWN, whatever went wrong
+        from triggerfish_cli.errors import TriggerfishError
+
+        message = str(exc) if isinstance(exc, TriggerfishError) else f"{type(exc).__name__}: {exc}"
+        report = checks.failed(" ".join(message.split()))
+    if out.fmt == "table":
+        out.stdout.write("\n".join(report.lines()) + "\n")
+    else:
+        out.record(report.as_dict())
+    return report.exit_code
