@@ -7,12 +7,22 @@ Targets:
   (``SELECT ... FROM memory_fts WHERE memory_fts MATCH ? ORDER BY rank
   LIMIT 10``), for 1-, 2- and 3-word queries;
 - ``memory reindex`` of every level from empty index tables within 2x of
-  building memory_fts with one ``INSERT ... SELECT`` from kv.
+  building memory_fts with one ``INSERT ... SELECT`` from kv;
+- ``memory list --limit 10`` of the main agent (the core call,
+  ``memory.list_memories``) at most 3x one indexed range query with the same
+  LIMIT (``SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key
+  LIMIT 10``) (issue 15); for reference, the merge of the four level ranges
+  at RESTRICTED (without its audit write) and the full listing.
+
+And, for the record (issue 15, no target): a PUBLIC search for a word that
+only RESTRICTED memories hold (30,000 of them, in a store of their own)
+against one for a word that no memory holds.
 
 Queries are words taken from random stored memories, so every query matches
 at least one record and common words come up as often as they occur.
 
     python bench/bench_memory.py [--queries 60] [--skip-reindex] [--memories N]
+        [--hidden 30000] [--repeat 30]
 """
 
 from __future__ import annotations
@@ -21,8 +31,9 @@ import argparse
 import random
 import sqlite3
 import time
+from pathlib import Path
 
-from common import median, p95, scratch_copy, store
+from common import DATA, median, p95, scratch_copy, store
 
 MEMORIES = 200_000
 WORDS = 175
@@ -144,13 +155,129 @@ def bench_reindex(path: object) -> None:
         (copy.parent / (copy.name + suffix)).unlink(missing_ok=True)
 
 
+def bench_list(path: object, repeat: int) -> None:
+    from triggerfish_cli import memory
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.storage.provider import prefix_upper_bound
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    provider = SqliteStorage(path)  # type: ignore[arg-type]
+    conn = provider.connection
+    agent = memory.DEFAULT_AGENT
+    prefix = memory.storage_key(agent, Level.PUBLIC, "")
+    bare_sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT 10"
+    bounds = (prefix, prefix_upper_bound(prefix))
+    held = conn.execute(
+        "SELECT count(*) FROM kv WHERE key >= ? AND key < ?",
+        (memory.agent_prefix(agent), prefix_upper_bound(memory.agent_prefix(agent))),
+    ).fetchone()[0]
+    bare: list[float] = []
+    ours: list[float] = []
+    merged: list[float] = []
+    conn.execute(bare_sql, bounds).fetchall()
+    memory.list_memories(provider, taint=Level.PUBLIC, agent=agent, limit=10)
+    for _ in range(repeat):  # interleaved: each run of ours beside a run of the limit
+        started = time.perf_counter()
+        conn.execute(bare_sql, bounds).fetchall()
+        bare.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        shown = memory.list_memories(provider, taint=Level.PUBLIC, agent=agent, limit=10)
+        ours.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        memory._first_of_agent(provider, taint=Level.RESTRICTED, agent=agent, tag=None, limit=10)
+        merged.append(time.perf_counter() - started)
+    assert len(shown.records) == 10
+    started = time.perf_counter()
+    everything = memory.list_memories(provider, taint=Level.PUBLIC, agent=agent)
+    full = time.perf_counter() - started
+    ratio = median(ours) / median(bare)
+    print(
+        f"memory list --limit 10 ({agent}: {held} rows in kv; times in ms, {repeat} runs): "
+        f"range query LIMIT 10 p50 {median(bare) * 1e3:.3f} | ours at PUBLIC p50 "
+        f"{median(ours) * 1e3:.3f} p95 {p95(ours) * 1e3:.3f} | ratio {ratio:4.2f}x "
+        f"(target <= 3x) {'OK' if ratio <= 3 else 'MISSED'} | 4 level ranges at "
+        f"RESTRICTED (no audit write) p50 {median(merged) * 1e3:.3f} "
+        f"({median(merged) / median(bare):.2f}x) | full listing "
+        f"({len(everything.records)} memories) {full * 1e3:.0f}"
+    )
+    provider.close()
+
+
+def bench_hidden_word(hidden: int, repeat: int) -> None:
+    """A PUBLIC search for a word only hidden rows hold, against an absent word."""
+    from triggerfish_cli import memory
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
+    from triggerfish_cli.serialization import dumps
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    path = DATA / f"memory-hidden-{hidden}.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    raw.execute(MEMORY_FTS_SQL)
+    raw.execute(MEMORY_META_SQL)
+    raw.execute("BEGIN")
+    rng = random.Random(5)
+    words = "deploy server database backup meeting invoice customer report".split()
+    for n in range(hidden + 2000):
+        level = "RESTRICTED" if n < hidden else "PUBLIC"
+        text = " ".join(rng.choices(words, k=12))
+        if level == "RESTRICTED":
+            text += " zanzibarite"
+        key = f"m{n:06}"
+        record = {
+            "key": key, "agentId": "main-session", "classification": level, "content": text,
+            "tags": [], "createdAt": "2026-11-01T00:00:00.000Z",
+            "updatedAt": "2026-11-01T00:00:00.000Z", "expired": False,
+        }  # fmt: skip
+        raw.execute(
+            "INSERT INTO kv VALUES (?, ?)",
+            (memory.storage_key("main-session", Level[level], key), dumps(record)),
+        )
+        raw.execute(
+            "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
+            "VALUES ('main-session', ?, ?, ?, '')",
+            (level, key, text),
+        )
+        raw.execute(
+            "INSERT INTO memory_meta VALUES ('main-session', ?, ?, ?)", (level, key, dumps(record))
+        )
+    raw.execute("COMMIT")
+    raw.close()
+    provider = SqliteStorage(path)
+    times: dict[str, list[float]] = {"zanzibarite": [], "quokkaberry": []}
+    for word in times:
+        memory.search(provider, word, taint=Level.PUBLIC, agent=None, limit=10)
+    for _ in range(repeat):
+        for word, spent in times.items():
+            started = time.perf_counter()
+            result = memory.search(provider, word, taint=Level.PUBLIC, agent=None, limit=10)
+            spent.append(time.perf_counter() - started)
+            assert not result.hits
+    provider.close()
+    hid, absent = (median(times[w]) * 1e3 for w in times)
+    print(
+        f"PUBLIC search, {hidden} RESTRICTED memories hold the word, 2000 PUBLIC ones do not "
+        f"({repeat} runs, p50): hidden-only word {hid:.3f} ms | absent word {absent:.3f} ms | "
+        f"difference {hid - absent:.3f} ms"
+    )
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--skip-reindex", action="store_true")
     parser.add_argument("--memories", type=int, default=MEMORIES, help="in a store twice as big")
+    parser.add_argument("--hidden", type=int, default=30_000, help="for the hidden-word search")
+    parser.add_argument("--repeat", type=int, default=30, help="runs of list and hidden-word")
     args = parser.parse_args()
     path = build(args.memories)
+    bench_list(path, args.repeat)
+    bench_hidden_word(args.hidden, args.repeat)
     bench_search(path, args.queries)
     if not args.skip_reindex:
         bench_reindex(path)

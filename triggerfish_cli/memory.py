@@ -23,9 +23,12 @@ record without memory content.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import functools
+import heapq
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli import audit
@@ -68,6 +71,7 @@ def split_key(skey: str) -> tuple[str, Level, str] | None:
     return parts[1], level, parts[3]
 
 
+@functools.cache
 def visible_levels(taint: Level) -> tuple[Level, ...]:
     """Levels a session at ``taint`` reads, lowest first."""
     return tuple(level for level in Level if can_flow_to(level, taint))
@@ -148,37 +152,45 @@ def parse_record(
 
     Anything else is :class:`Malformed`, never an exception.
     """
-    parts = split_key(skey)
-    if parts is None:
+    # Inlined (split_key, Level.name, the dataclass's frozen __init__): list and
+    # search parse every row they show, and this is most of their time.
+    parts = skey.split(":", 3)
+    level = LEVELS_BY_NAME.get(parts[2]) if len(parts) == 4 else None
+    if level is None or parts[0] != "memory" or not parts[1]:
         return Malformed(skey, "key is not memory:<agent>:<LEVEL>:<key>")
-    agent, level, key = parts
     try:
         document = (loads or fast_loads())(value)
     except (ValueError, TypeError):
         return Malformed(skey, "value is not valid JSON")
-    if not isinstance(document, dict):
+    if type(document) is not dict:
         return Malformed(skey, "value is not a JSON object")
     content, tags, expired = document.get("content"), document.get("tags"), document.get("expired")
-    if not isinstance(content, str):
+    if type(content) is not str:
         return Malformed(skey, "content is not a string")
-    if not isinstance(expired, bool):
+    if type(expired) is not bool:
         return Malformed(skey, "expired is not true or false")
-    if not isinstance(tags, list) or not all(isinstance(tag, str) for tag in tags):
+    if type(tags) is not list or any(type(tag) is not str for tag in tags):
         return Malformed(skey, "tags is not a list of strings")
-    if document.get("classification") != level.name:
-        return Malformed(skey, f"classification is not {level.name}, the level in its key")
-    return MemoryRecord(
-        agent,
-        level,
-        key,
-        content,
-        tuple(tags),
-        expired,
-        document.get("createdAt"),
-        document.get("updatedAt"),
-        document,
-        value,
-    )
+    if document.get("classification") != parts[2]:
+        return Malformed(skey, f"classification is not {parts[2]}, the level in its key")
+    record = _new_record(MemoryRecord)
+    _set_dict(record, "__dict__", {
+        "agent": parts[1],
+        "level": level,
+        "key": parts[3],
+        "content": content,
+        "tags": tuple(tags),
+        "expired": expired,
+        "created_at": document.get("createdAt"),
+        "updated_at": document.get("updatedAt"),
+        "document": document,
+        "value": value,
+    })
+    return record
+
+
+_new_record = object.__new__
+_set_dict = object.__setattr__
 
 
 def disagreement(skey: str, value: str) -> str | None:
@@ -346,6 +358,82 @@ def list_memories(
     """Visible memories with shadowing, by agent then key; ``tag`` filters the shown version."""
     if agent is not None:
         check_agent(agent)
+    listing = _first_of_agent(provider, taint=taint, agent=agent, tag=tag, limit=limit)
+    if listing is None:
+        listing = _read_all(provider, taint=taint, agent=agent, tag=tag, limit=limit)
+    audit_read(provider, "list", taint, len(listing.records), agent=agent or "*", tag=tag)
+    return listing
+
+
+def _first_of_agent(
+    provider: StorageProvider, *, taint: Level, agent: str | None, tag: str | None, limit: int
+) -> Listing | None:
+    """The first ``limit`` memories of one agent, reading no further than needed.
+
+    A merge, by key, of the agent's range at each visible level (each range
+    is in key order), with the shadowing of :func:`_read_all`: for each key
+    the highest visible live well-formed version. It stops at the first row
+    past the key of the ``limit``-th memory, so the malformed records it
+    names are those up to that key (sorted by storage key). None when there
+    is no limit, no single agent, or when the ranges run out before the
+    limit: then the caller reads everything (and names every malformed
+    record, as without a limit).
+    """
+    if not limit or agent is None:
+        return None
+    loads = fast_loads()
+
+    def level_range(level: Level) -> Generator[tuple[str, str, str], None, None]:
+        prefix = storage_key(agent, level, "")
+        cut = len(prefix)
+        # limit + 1 rows: the row after the last memory shown ends the merge
+        # without a second query.
+        for skey, value in provider.scan(prefix, batch_size=min(limit + 1, 2000)):
+            yield skey[cut:], skey, value
+
+    levels = visible_levels(taint)
+    listing = Listing()
+    if len(levels) == 1:  # one range, one version per key: no merge, no shadowing
+        scan = provider.scan(storage_key(agent, levels[0], ""), batch_size=min(limit, 2000))
+        try:
+            for skey, value in scan:
+                item = parse_record(skey, value, loads)
+                if isinstance(item, Malformed):
+                    listing.malformed.append(item)
+                elif not item.expired and (tag is None or tag in item.tags):
+                    listing.records.append(item)
+                    if len(listing.records) == limit:
+                        return listing
+        finally:
+            scan.close()  # type: ignore[attr-defined]
+        return None
+    ranges = [level_range(level) for level in levels]
+    merged = heapq.merge(*ranges, key=itemgetter(0))
+    current: str | None = None
+    best: MemoryRecord | None = None
+    try:
+        for key, skey, value in merged:
+            if key != current:
+                if best is not None and (tag is None or tag in best.tags):
+                    listing.records.append(best)
+                    if len(listing.records) == limit:
+                        listing.malformed.sort(key=attrgetter("storage_key"))
+                        return listing
+                current, best = key, None
+            item = parse_record(skey, value, loads)
+            if isinstance(item, Malformed):
+                listing.malformed.append(item)
+            elif not item.expired and (best is None or item.level > best.level):
+                best = item
+    finally:
+        for level_rows in ranges:
+            level_rows.close()
+    return None  # the ranges ran out before the limit
+
+
+def _read_all(
+    provider: StorageProvider, *, taint: Level, agent: str | None, tag: str | None, limit: int
+) -> Listing:
     best: dict[tuple[str, str], MemoryRecord] = {}
     listing = Listing()
     for item in scan_visible(provider, taint=taint, agent=agent):
@@ -361,7 +449,6 @@ def list_memories(
     if tag is not None:
         records = [record for record in records if tag in record.tags]
     listing.records = records[:limit] if limit else records
-    audit_read(provider, "list", taint, len(listing.records), agent=agent or "*", tag=tag)
     return listing
 
 
