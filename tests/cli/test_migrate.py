@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import logging
 import sqlite3
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -371,6 +373,67 @@ def test_target_connection_dropped_mid_migrate(
     finished = run(cli, source, target, "--batch-size", "10")
     assert finished.exit_code == 0 and finished.json()["verified"], finished.stderr
     assert without_audit(target.contents()) == rows
+
+
+def test_target_backend_terminated_mid_copy_is_one_stderr_line(
+    cli: CliFn, spot: Callable[[str], Spot], postgres: Postgres, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 15: libpq's three-line message and psycopg's ``terminating <psycopg.Copy
+    [BAD] at 0x...>`` became one line, exit 7; the rerun finishes."""
+    import psycopg
+
+    from triggerfish_cli.storage.postgres import PostgresStorage
+
+    rows = numbered(600)
+    source, target = seeded(spot("sqlite"), rows), spot("postgres")
+    real_write_row = psycopg.Copy.write_row
+    written: list[int] = []
+    opened: list[PostgresStorage] = []
+    real_init = PostgresStorage.__init__
+
+    def remember(self: PostgresStorage, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    def terminated_mid_copy(self: Any, row: Any) -> None:
+        written.append(1)
+        if len(written) == 150:  # inside the second batch's COPY
+            terminate(postgres, opened[-1].backend_pid())
+            time.sleep(0.5)  # the backend is gone before the COPY sends more
+        real_write_row(self, row)
+
+    monkeypatch.setattr(PostgresStorage, "__init__", remember)
+    monkeypatch.setattr(psycopg.Copy, "write_row", terminated_mid_copy)
+    # As outside pytest (whose log capture sits on the root logger): a psycopg
+    # warning with no handler of ours would reach stderr through logging's last resort.
+    monkeypatch.setattr(logging.getLogger("psycopg"), "propagate", False)
+    failed = run(cli, source, target, "--batch-size", "100")
+    assert failed.exit_code == 7, failed.stderr
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 1, failed.stderr
+    assert lines[0].startswith("error:") and "connection to PostgreSQL lost" in lines[0]
+    assert "psycopg.Copy" not in failed.stderr and "0x" not in failed.stderr
+    monkeypatch.setattr(psycopg.Copy, "write_row", real_write_row)
+    finished = run(cli, source, target, "--batch-size", "100")
+    assert finished.exit_code == 0 and finished.json()["verified"], finished.stderr
+    assert without_audit(target.contents()) == rows
+
+
+def test_a_server_error_with_detail_is_one_line(
+    cli: CliFn, spot: Callable[[str], Spot], postgres: Postgres
+) -> None:
+    """A constraint violation (message, DETAIL, HINT from the server) is one line, exit 1-9."""
+    rows = numbered(80)
+    source, target = seeded(spot("sqlite"), rows), spot("postgres")
+    target.open().close()  # the kv table, empty
+    schema = target.spec.split("?schema=")[1]
+    with postgres.connect() as admin:  # a constraint of the operator's: values shorter than 8
+        admin.execute(f"ALTER TABLE {schema}.kv ADD CONSTRAINT short CHECK (length(value) < 8)")
+    failed = run(cli, source, target)
+    assert 1 <= failed.exit_code <= 9, failed.stderr
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 1, failed.stderr
+    assert 'violates check constraint "short"' in lines[0] and "detail: Failing row" in lines[0]
 
 
 def test_source_connection_dropped_mid_migrate(

@@ -125,7 +125,18 @@ def migrate_cmd(
                 bar.advance(count)
 
             run.copy(advance)
-    except (TriggerfishError, KeyboardInterrupt):
+    except TriggerfishError as exc:  # one line: what stopped it, and how to go on
+        exc.hint = "; ".join(
+            part
+            for part in (
+                exc.hint,
+                f"stopped after copying {copied[0]} key(s) in this run; "
+                "run the same command again to continue where it stopped",
+            )
+            if part
+        )
+        raise
+    except KeyboardInterrupt:
         out.info(
             f"stopped after copying {copied[0]} key(s) in this run; "
             "run the same command again to continue where it stopped"

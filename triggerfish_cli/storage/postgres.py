@@ -35,6 +35,7 @@ Passwords never come from triggerfish.yaml: libpq reads ``PGPASSWORD``,
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -71,6 +72,12 @@ from triggerfish_cli.storage.remote_settings import (
 if TYPE_CHECKING:
     import psycopg
 
+# psycopg logs what it cannot raise ("error ignored terminating <psycopg.Copy [BAD]
+# at 0x...>: the connection is lost", when a COPY's connection breaks under it)
+# through the logging module, whose last-resort handler prints warnings on
+# stderr: a second line beside our one-line error. The error itself is raised.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
+
 #: Below this many rows a write is an executemany upsert; from it on, COPY.
 COPY_THRESHOLD = 64
 
@@ -95,7 +102,27 @@ def open_config(config: StorageConfig, create: bool) -> PostgresStorage:
 
 
 def _reason(exc: BaseException) -> str:
-    """The useful line of a libpq/psycopg message."""
+    """A libpq/psycopg message on one line.
+
+    A server error is its primary message with its DETAIL and HINT folded in
+    (``...: duplicate key ... (detail: Key (key)=(a) already exists.)``);
+    a client-side one (libpq's "server closed the connection unexpectedly /
+    This probably means ...") is its first line. Tabs and newlines inside a
+    field become spaces.
+    """
+    diag = getattr(exc, "diag", None)
+    primary = getattr(diag, "message_primary", None) if diag is not None else None
+    if primary:
+        text = _one_line(primary)
+        extra = [
+            f"{label}: {_one_line(value)}"
+            for label, value in (
+                ("detail", getattr(diag, "message_detail", None)),
+                ("hint", getattr(diag, "message_hint", None)),
+            )
+            if value
+        ]
+        return text + (f" ({'; '.join(extra)})" if extra else "")
     lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
     if not lines:
         return type(exc).__name__
@@ -104,6 +131,10 @@ def _reason(exc: BaseException) -> str:
     text = re.sub(r"^connection failed: ", "", text)
     text = re.sub(r'^connection to server at "[^"]*"(?: \([^)]*\))?, port \d+ failed: ', "", text)
     return text
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def _server_of(params: Mapping[str, Any]) -> str:
