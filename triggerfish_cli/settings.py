@@ -25,6 +25,7 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
       prefix: prod/
       endpoint_url: https://minio.internal:9000   # S3-compatible stores
       region: eu-west-1
+      read_timeout: 20         # s3: seconds per answer; max_attempts: 3 tries a request
 
 The YAML is parsed lazily: a command that only needs to know the backend
 does not import the YAML parser when the file has no ``storage`` section.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -353,3 +354,119 @@ def test_a_long_job_renews_its_lease(s3: S3, bucket: str, store: S3Storage) -> N
             if now["expires"] > first["expires"]:
                 break
         assert now["expires"] > first["expires"] and now["holder"] == first["holder"]
+
+
+class FreezingProxy:
+    """TCP to a server until frozen; from then on it accepts connections, holds them
+    open and passes nothing either way: an endpoint that never answers."""
+
+    def __init__(self, port: int) -> None:
+        import threading
+
+        self.port = port
+        self.frozen = threading.Event()
+        self.stopped = threading.Event()
+        self.held: list[socket.socket] = []
+        self.listener = socket.socket()
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.url = f"http://127.0.0.1:{self.listener.getsockname()[1]}"
+        self._threads = [threading.Thread(target=self._accept, daemon=True)]
+        self._threads[0].start()
+
+    def _accept(self) -> None:
+        import threading
+
+        while not self.stopped.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            self.held.append(conn)
+            if self.frozen.is_set():
+                continue
+            upstream = socket.create_connection(("127.0.0.1", self.port))
+            self.held.append(upstream)
+            for a, b in ((conn, upstream), (upstream, conn)):
+                thread = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+                thread.start()
+                self._threads.append(thread)
+
+    def _pipe(self, a: socket.socket, b: socket.socket) -> None:
+        a.settimeout(0.2)
+        while not self.stopped.is_set():
+            try:
+                data = a.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if not data:
+                with contextlib.suppress(OSError):
+                    b.shutdown(socket.SHUT_WR)
+                return
+            if self.frozen.is_set():
+                continue  # swallowed: no request reaches the server, no answer comes back
+            try:
+                b.sendall(data)
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self.stopped.set()
+        self.listener.close()
+        for thread in self._threads:
+            thread.join(timeout=5)
+        for sock in self.held:
+            sock.close()
+
+
+@pytest.fixture
+def freezing_proxy(s3: S3) -> Iterator[FreezingProxy]:
+    from urllib.parse import urlsplit
+
+    proxy = FreezingProxy(int(urlsplit(s3.endpoint_url).port or 80))
+    yield proxy
+    proxy.close()
+
+
+@pytest.mark.timeout(60)  # a guard against a hang, not a measure
+def test_an_endpoint_frozen_mid_migrate_fails_in_bounded_time_with_exit_7(
+    cli: CliFn,
+    s3: S3,
+    bucket: str,
+    tmp_path: Path,
+    freezing_proxy: FreezingProxy,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 15: 124-155 s with connect_timeout 3 (30 s reads, 3 tries, then more
+    requests). Each request now gives up after max_attempts reads of read_timeout."""
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    source = tmp_path / "source.db"
+    with SqliteStorage(source, create=True) as provider:
+        provider.set_many((f"conv:s:{n:04}", f'{{"n": {n}}}') for n in range(300))
+    yaml = config(
+        tmp_path,
+        f"  bucket: {bucket}\n  prefix: tf/\n  endpoint_url: {freezing_proxy.url}\n"
+        f"  region: {s3.region}\n  connect_timeout: 1\n  read_timeout: 1\n  max_attempts: 2\n",
+    )
+    real = S3Storage.set_batched
+
+    def frozen_before_the_second_batch(self: S3Storage, items: Any) -> int:
+        if freezing_proxy.url == self.endpoint_url and getattr(self, "_batches", 0) == 1:
+            freezing_proxy.frozen.set()
+        self._batches = getattr(self, "_batches", 0) + 1  # type: ignore[attr-defined]
+        return real(self, items)
+
+    monkeypatch.setattr(S3Storage, "set_batched", frozen_before_the_second_batch)
+    result = cli("migrate", "--from", str(source), "--to", yaml, "--batch-size", "100")
+    assert freezing_proxy.frozen.is_set()
+    assert result.exit_code == 7, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "timeout" in lines[0].lower() and "2 attempt(s)" in lines[0]
+    assert "read_timeout 1 s" in lines[0] and "Traceback" not in result.stderr

@@ -176,6 +176,8 @@ def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
             "endpoint_url",
             "region",
             "connect_timeout",
+            "read_timeout",
+            "max_attempts",
             "sse",
             "sse_kms_key_id",
         },
@@ -194,10 +196,9 @@ def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
         if not isinstance(region, str) or not re.match(r"^[a-z0-9-]+$", region):
             raise InvalidDataError(f"storage.region: not a region name: {region!r}")
         options["region"] = region
-    if "connect_timeout" in section:
-        options["connect_timeout"] = positive_int(
-            section["connect_timeout"], "storage.connect_timeout"
-        )
+    for name in ("connect_timeout", "read_timeout", "max_attempts"):
+        if name in section:
+            options[name] = positive_int(section[name], f"storage.{name}")
     from triggerfish_cli.backup_settings import check_sse
 
     sse, key_id = check_sse(section.get("sse"), section.get("sse_kms_key_id"), "storage.")

@@ -73,6 +73,12 @@ _R = TypeVar("_R")
 
 DEFAULT_WORKERS = 16
 CONNECT_TIMEOUT = 5
+#: Seconds to wait for each answer, and tries per request (botocore's "standard"
+#: retries: a timeout, a dropped connection or a 5xx is tried again after a random
+#: backoff of at most 2**attempt s). A request that never gets an answer fails
+#: after at most max_attempts * (connect_timeout + read_timeout) + backoff.
+READ_TIMEOUT = 20
+MAX_ATTEMPTS = 3
 
 
 class _PreconditionFailed(TriggerfishError):
@@ -96,6 +102,8 @@ def open_config(config: StorageConfig, create: bool) -> S3Storage:
         region=options.get("region"),
         read_only=bool(options.get("read_only", False)),
         connect_timeout=int(options.get("connect_timeout", CONNECT_TIMEOUT)),
+        read_timeout=int(options.get("read_timeout", READ_TIMEOUT)),
+        max_attempts=int(options.get("max_attempts", MAX_ATTEMPTS)),
         create=create,
         sse=options.get("sse"),
         sse_kms_key_id=options.get("sse_kms_key_id"),
@@ -123,6 +131,8 @@ class S3Storage(BaseStorage):
         workers: int = DEFAULT_WORKERS,
         name_limit: int | None = None,
         connect_timeout: int = CONNECT_TIMEOUT,
+        read_timeout: int = READ_TIMEOUT,
+        max_attempts: int = MAX_ATTEMPTS,
         create: bool = False,
         as_store: bool = True,
         sse: str | None = None,
@@ -150,14 +160,19 @@ class S3Storage(BaseStorage):
         self.codec = KeyCodec(budget if name_limit is None else min(name_limit, budget))
         self.workers = workers
         self._pool: ThreadPoolExecutor | None = None
-        self.client = self._make_client(self.endpoint_url, region, connect_timeout, 30, 3)
+        self.timeouts = (connect_timeout, read_timeout, max_attempts)
+        self.client = self._make_client(
+            self.endpoint_url, region, connect_timeout, read_timeout, max_attempts
+        )
         # A first request that gives up quickly: an unreachable or silent endpoint is
         # an error within seconds, not after the retries of a long read timeout.
         probe = self._make_client(self.endpoint_url, region, connect_timeout, connect_timeout, 1)
+        self.timeouts = (connect_timeout, connect_timeout, 1)  # named in its errors
         with self.errors("open"):
             probe.head_bucket(Bucket=self.bucket)
             if as_store:
                 listed = probe.list_objects_v2(Bucket=self.bucket, Prefix=self.prefix, MaxKeys=1)
+        self.timeouts = (connect_timeout, read_timeout, max_attempts)
         if as_store and not listed.get("Contents"):
             if not create or read_only:
                 raise MissingStoreError(
@@ -225,8 +240,10 @@ class S3Storage(BaseStorage):
             exceptions.ReadTimeoutError,
             exceptions.ConnectionClosedError,
         ) as exc:
+            connect, read, attempts = self.timeouts
             raise BackendUnavailableError(
-                f"{self._where()}: {what}: cannot reach S3: {exc}",
+                f"{self._where()}: {what}: cannot reach S3: {exc} ({attempts} attempt(s), "
+                f"connect_timeout {connect} s, read_timeout {read} s)",
                 hint="check storage.endpoint_url and the network; completed work is kept",
             ) from None
         except exceptions.BotoCoreError as exc:
