@@ -34,15 +34,19 @@ RAW_QUERIES = ("deploy OR tea", "stack*", "alice NOT tea")
 
 content = st.lists(st.sampled_from(WORDS), min_size=1, max_size=8).map(" ".join)
 tags = st.lists(st.sampled_from(("work", "deploy")), unique=True)
-record = st.tuples(content, tags, st.booleans())
+#: Rows that are no well-formed memory (reported by key at their level, never above it).
+MALFORMED = ("{broken", '{"content": "deploy stack", "tags": [], "expired": false}', "[]")
+record = st.one_of(st.tuples(content, tags, st.booleans()), st.sampled_from(MALFORMED))
 
 
-def _rows(spec: dict[tuple[str, Level, str], tuple[str, list[str], bool]]) -> dict[str, str]:
+def _rows(spec: dict[tuple[str, Level, str], Any]) -> dict[str, str]:
     return {
-        memory.storage_key(agent, level, key): memory_record(
-            key, level.name, text, agent=agent, tags=tags, expired=expired
+        memory.storage_key(agent, level, key): value
+        if isinstance(value, str)
+        else memory_record(
+            key, level.name, value[0], agent=agent, tags=value[1], expired=value[2]
         )
-        for (agent, level, key), (text, tags, expired) in spec.items()
+        for (agent, level, key), value in spec.items()
     }
 
 
@@ -87,14 +91,15 @@ def observe(provider: Any, taint: Level) -> dict[str, Any]:
     def get(agent: str, key: str) -> Any:
         found = memory.get_memory(provider, key, taint=taint, agent=agent)
         shadowed = [r.as_dict() for r in found.shadowed]
-        return found.record.as_dict() if found.record else None, shadowed
+        deleted = [r.as_dict() for r in found.deleted]
+        return found.record.as_dict() if found.record else None, shadowed, deleted, found.malformed
 
     def history(key: str) -> Any:
         return [v.as_dict() for v in memory.history(provider, key, taint=taint, agent=None)]
 
-    def listing(agent: str | None, limit: int) -> Any:
-        found = memory.list_memories(provider, taint=taint, agent=agent, limit=limit)
-        return [r.as_dict() for r in found.records]
+    def listing(agent: str | None, limit: int, tag: str | None = None) -> Any:
+        found = memory.list_memories(provider, taint=taint, agent=agent, limit=limit, tag=tag)
+        return [r.as_dict() for r in found.records], found.malformed
 
     for text in QUERIES:
         for agent in (None, AGENTS[0]):
@@ -110,6 +115,12 @@ def observe(provider: Any, taint: Level) -> dict[str, Any]:
         attempt(f"history {key}", history, key)
     attempt("list", listing, None, 0)
     attempt("list 2", listing, AGENTS[0], 2)
+    attempt("list 1", listing, AGENTS[1], 1)
+    attempt("list tag", listing, AGENTS[0], 0, "deploy")
+    attempt("list tag 1", listing, None, 1, "work")
+    attempt(
+        "stats agent", lambda: memory_upkeep.stats(provider, taint=taint, agent=AGENTS[0]).as_dict()
+    )
     attempt("stats", lambda: memory_upkeep.stats(provider, taint=taint).as_dict())
     return seen
 
@@ -123,10 +134,11 @@ SETTINGS = settings(
 
 def _indexed(rows: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
     out = []
-    for skey in rows:
+    for skey, value in rows.items():
         parts = memory.split_key(skey)
         assert parts is not None
-        out.append((parts[0], parts[1].name, parts[2]))
+        if value not in MALFORMED:  # the gateway indexes what it saved: records
+            out.append((parts[0], parts[1].name, parts[2]))
     return tuple(out)
 
 
