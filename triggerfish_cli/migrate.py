@@ -44,9 +44,12 @@ Beyond kv
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 from typing import Any
 
 from triggerfish_cli import audit, namespaces
@@ -66,13 +69,15 @@ from triggerfish_cli.errors import (
     VerificationError,
 )
 from triggerfish_cli.locations import same_store
-from triggerfish_cli.serialization import dumps, loads, now_iso
+from triggerfish_cli.serialization import dumps, loads, now_iso, parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import StorageProvider, batched
 from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.threads import Worker, prefetched
 
 PROGRESS_KEY = "tfadmin:migrate"
+#: The test hook of :func:`kill_point`.
+KILL_ENV = "TFADMIN_TEST_KILL_AT"
 DEFAULT_BATCH = 5000
 
 Callback = Callable[[int], None]
@@ -90,18 +95,25 @@ class Progress:
     started: str
     last_key: str | None = None
     copied: int = 0
+    #: Copied and verified: only the finishing steps are left (see :func:`finish`).
+    verified: bool = False
+    #: Whether the copy held memory keys (the SQLite index is rebuilt when finishing).
+    memory_keys: bool = False
+    #: The key the audit record of this migration is (or was) written under.
+    audit: str | None = None
 
     def dump(self) -> str:
-        return dumps(
-            {
-                "source": self.source,
-                "merge": self.merge,
-                "started": self.started,
-                "updated": now_iso(),
-                "lastKey": self.last_key,
-                "copied": self.copied,
-            }
-        )
+        document: dict[str, Any] = {
+            "source": self.source,
+            "merge": self.merge,
+            "started": self.started,
+            "updated": now_iso(),
+            "lastKey": self.last_key,
+            "copied": self.copied,
+        }
+        if self.verified:
+            document.update(verified=True, memoryKeys=self.memory_keys, audit=self.audit)
+        return dumps(document)
 
     @classmethod
     def load(cls, text: str) -> Progress:
@@ -113,6 +125,9 @@ class Progress:
                 str(data["started"]),
                 data.get("lastKey"),
                 int(data.get("copied", 0)),
+                bool(data.get("verified", False)),
+                bool(data.get("memoryKeys", False)),
+                data.get("audit"),
             )
         except (ValueError, KeyError, TypeError):
             raise InvalidDataError(
@@ -127,7 +142,8 @@ class Plan:
     source: str
     target: str
     source_keys: int
-    #: "missing", "empty", "resumable" or "non-empty".
+    #: "missing", "empty", "resumable", "finishing" (copied and verified by a run
+    #: killed before it finished) or "non-empty".
     target_state: str
     merge: bool
     resume: Progress | None = None
@@ -177,6 +193,10 @@ def plan(
                 f"{where} holds an unfinished migration from {progress.source}",
                 hint=f"rerun with --from for that store to finish it, or delete {PROGRESS_KEY} "
                 "from the target to start over",
+            )
+        if progress.verified:  # killed while finishing: finish it
+            return Plan(
+                source.describe(), where, total, "finishing", progress.merge, resume=progress
             )
         remaining = sum(1 for _ in source.scan_keys(start_after=progress.last_key))
         return Plan(
@@ -347,33 +367,77 @@ def verify(
 
 
 def finish(source: StorageProvider, target: StorageProvider, result: Result) -> None:
-    """After a verified copy: drop the progress record, write the audit record.
+    """After a verified copy: rebuild the index, write the audit record, drop the progress
+    record, in that order, each step idempotent, so that a run killed at any point is
+    finished by the next one (issue 15: the progress record went first, and a kill
+    before the index left a target that no rerun would touch, with neither index nor
+    audit record).
 
-    Into SQLite, the gateway's own memory search index is then rebuilt from
-    the copied ``memory:`` keys (the gateway searches it; elsewhere our
-    search indexes or scans by itself).
+    1. The progress record says the copy is verified (and where the audit record
+       goes): from then on a rerun finishes without copying or verifying again.
+    2. Into SQLite, the gateway's own memory search index is rebuilt from the
+       copied ``memory:`` keys (the gateway searches it; elsewhere our search
+       indexes or scans by itself): a repair, a no-op when already in line.
+    3. The audit record, under the key named in step 1; a rerun finding it there
+       does not write it again.
+    4. The progress record goes.
     """
-    target.delete(PROGRESS_KEY)
-    if result.memory_keys and target.backend == "sqlite":
+    recorded = target.get(PROGRESS_KEY)
+    progress = Progress.load(recorded) if recorded is not None else None
+    if progress is None:  # written by this run's copy; gone only if someone removed it
+        progress = Progress(source.describe(), result.plan.merge, now_iso())
+    if not progress.verified:
+        progress.verified = True
+        progress.memory_keys = result.memory_keys
+        progress.audit = _free_audit_key(target)
+        target.set(PROGRESS_KEY, progress.dump())
+    result.memory_keys = progress.memory_keys
+    kill_point("migrate:verified")
+    if progress.memory_keys and target.backend == "sqlite":
         from triggerfish_cli.memory_index import bring_in_line
 
         result.index_note = bring_in_line(target)
-    counts = {
-        "copied": result.copied,
-        "source_keys": result.plan.source_keys,
-        "namespaces": len(result.checks),
-    }
-    result.audit_key = audit.record(
-        target,
-        "migrate",
-        target=target.describe(),
-        counts=counts,
-        details={
-            "source": source.describe(),
-            "merge": result.plan.merge,
-            "resumed": result.plan.resume is not None,
-        },
-    )
+    kill_point("migrate:indexed")
+    assert progress.audit is not None
+    if target.get(progress.audit) is None:
+        counts = {
+            "copied": result.copied,
+            "source_keys": result.plan.source_keys,
+            "namespaces": len(result.checks),
+        }
+        result.audit_key = audit.record(
+            target,
+            "migrate",
+            target=target.describe(),
+            counts=counts,
+            details={
+                "source": source.describe(),
+                "merge": result.plan.merge,
+                "resumed": result.plan.resume is not None,
+            },
+            now=parse_iso(progress.audit.removeprefix(audit.PREFIX).rsplit(":admin_", 1)[0]),
+        )
+    else:
+        result.audit_key = progress.audit
+    kill_point("migrate:audited")
+    target.delete(PROGRESS_KEY)
+    kill_point("migrate:done")
+
+
+def _free_audit_key(target: StorageProvider) -> str:
+    moment = utc_now()
+    key = audit.audit_key(moment, "migrate")
+    while target.get(key) is not None:
+        moment += timedelta(milliseconds=1)
+        key = audit.audit_key(moment, "migrate")
+    return key
+
+
+def kill_point(name: str) -> None:
+    """A test hook: ``TFADMIN_TEST_KILL_AT=<name>`` kills this process there (SIGKILL),
+    as a power cut or ``kill -9`` would, to show that a rerun finishes the job."""
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Migration:
@@ -403,7 +467,14 @@ class Migration:
         self._fresh = fresh
         self._target_sums: dict[str, Sums] | None = None
 
+    @property
+    def finishing(self) -> bool:
+        """Copied and verified by a run that was killed before it finished."""
+        return self.result.plan.target_state == "finishing"
+
     def copy(self, on_batch: Callback | None = None) -> int:
+        if self.finishing:
+            return 0
         ranges = None
         if self._fresh and hasattr(self.target, "reopen"):
             ranges = RangeSums(self.target, PROGRESS_KEY)
@@ -428,7 +499,9 @@ class Migration:
     @property
     def verify_reads(self) -> int:
         """How many source records verification reads (0: checksums taken meanwhile)."""
-        return 0 if self._source_sums() is not None else self.result.plan.source_keys
+        if self.finishing or self._source_sums() is not None:
+            return 0
+        return self.result.plan.source_keys
 
     def _source_sums(self) -> dict[str, Sums] | None:
         if self._streamed is None or data_version(self.source) != self._version:
@@ -437,6 +510,8 @@ class Migration:
 
     def verify(self, on_key: Callback | None = None) -> bool:
         result = self.result
+        if self.finishing:  # verified before the kill; finish() takes it from there
+            return True
         result.checks = verify(
             self.source,
             self.target,

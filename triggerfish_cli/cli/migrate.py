@@ -99,6 +99,11 @@ def migrate_cmd(
         assert dst is not None
         plan.target = dst.describe()
     ctx.call_on_close(dst.close)
+    if plan.target_state == "finishing":
+        out.info(
+            f"finishing the migration from {plan.source}: copied and verified before it "
+            "was stopped"
+        )
     if plan.target_state == "resumable" and plan.resume is not None:
         out.info(
             f"resuming the migration from {plan.source}: {plan.resume.copied} key(s) "
@@ -164,6 +169,8 @@ def _report_plan(out: Any, plan: Any) -> None:
         f"{plan.resume.last_key!r}"
         if plan.resume
         else "",
+        "finishing": "holds a copied and verified migration from this source that was "
+        "stopped before it finished: it would be finished (index, audit record)",
     }[plan.target_state]
     out.line(f"source {plan.source}: {plan.source_keys} key(s)")
     out.line(f"target {plan.target} {state}")
