@@ -17,6 +17,9 @@ rewritten. A failed write leaves the old file exactly as it was.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +47,7 @@ from triggerfish_cli.errors import (
     TriggerfishError,
     UsageError,
 )
+from triggerfish_cli.serialization import dumps, loads, now_iso
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: Mode of a config file the rollback creates (it was missing): owner only.
@@ -345,34 +349,146 @@ def apply_rollback(
         try:
             if plan.current is not None and plan.current_findings:
                 result["backup_copy"] = str(write_backup_copy(plan.current))
+        except TriggerfishError as exc:
+            raise TriggerfishError(
+                f"rollback not written: {exc.message}; {path} is unchanged"
+            ) from None
+        # Recorded before the file is written: a run killed (or failing) from here on
+        # is finished by the next config command (finish_pending).
+        pending = Pending(
+            str(path),
+            plan.target.number,
+            sha256_text(plan.new_text),
+            plan.record_text,
+            [f.as_record() for f in plan.record_redactions],
+            reason or f"rollback to v{plan.target.number}",
+            result["backup_copy"],
+            now_iso(),
+        )
+        provider.set(PENDING_KEY, pending.dump())
+        kill_point("rollback:pending")
+        try:
             # A symlinked config (kept in git elsewhere) stays a link: write its target.
             destination = path.resolve() if path.is_symlink() else path
             with atomic_writer(destination, mode=mode, binary=True) as handle:
                 handle.write(plan.new_text.encode("utf-8"))
         except TriggerfishError as exc:
+            with contextlib.suppress(TriggerfishError):
+                provider.delete(PENDING_KEY)  # nothing to finish: nothing was written
             raise TriggerfishError(
                 f"rollback not written: {exc.message}; {path} is unchanged"
             ) from None
         result["written"] = True
+        kill_point("rollback:written")
         try:
-            version, evicted = store_version(
-                provider,
-                plan.record_text,
-                source="rollback",
-                redacted=plan.record_redactions,
-                reason=reason or f"rollback to v{plan.target.number}",
-                restored_from=plan.target.number,
-                target=str(path),
-                audit_details={"backupCopy": result["backup_copy"]}
-                if result["backup_copy"]
-                else None,
-            )
+            version, evicted = _record(provider, pending)
         except TriggerfishError as exc:
             raise type(exc)(
                 f"{path} was rolled back to v{plan.target.number}, but recording it as a "
                 f"version failed: {exc.message}",
-                hint="run `config snapshot --reason 'rollback'` once the store is reachable",
+                hint="the next config command records it (`config history` will do)",
             ) from None
     result["version"] = version.number
     result["evicted"] += evicted
     return result
+
+
+# -- a rollback interrupted between writing the file and recording it ---------------
+
+#: The journal of a rollback under way: written before the file, removed once the
+#: rollback is recorded as a version (our own key namespace, never the gateway's).
+PENDING_KEY = "tfadmin:config-rollback"
+#: The test hook of :func:`kill_point`.
+KILL_ENV = "TFADMIN_TEST_KILL_AT"
+
+
+def kill_point(name: str) -> None:
+    """A test hook: ``TFADMIN_TEST_KILL_AT=<name>`` kills this process there (SIGKILL)."""
+    if os.environ.get(KILL_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+@dataclass
+class Pending:
+    """What a rollback under way will record: enough to record it without its plan."""
+
+    path: str
+    target: int
+    #: sha256 of the text written to the file: shows whether the write happened.
+    sha256: str
+    record_text: str
+    redactions: list[dict[str, Any]]
+    reason: str
+    backup_copy: str | None
+    started: str
+
+    def dump(self) -> str:
+        return dumps(self.__dict__)
+
+    @classmethod
+    def load(cls, text: str) -> Pending | None:
+        try:
+            return cls(**loads(text))
+        except (ValueError, TypeError):
+            return None
+
+
+def _record(provider: StorageProvider, pending: Pending) -> tuple[Version, list[int]]:
+    """Record the rollback as a version, unless a run before did; then drop the journal."""
+    listing = list_versions(provider)
+    done = [
+        v
+        for v in listing.versions
+        if v.source == "rollback"
+        and v.restored_from == pending.target
+        and v.sha256 == sha256_text(pending.record_text)
+        and v.created_at >= pending.started
+    ]
+    evicted: list[int] = []
+    if done:
+        version = done[-1]
+    else:
+        version, evicted = store_version(
+            provider,
+            pending.record_text,
+            source="rollback",
+            redacted=tuple(pending.redactions),
+            reason=pending.reason,
+            restored_from=pending.target,
+            target=pending.path,
+            audit_details={"backupCopy": pending.backup_copy} if pending.backup_copy else None,
+        )
+    kill_point("rollback:recorded")
+    provider.delete(PENDING_KEY)
+    return version, evicted
+
+
+def finish_pending(provider: StorageProvider) -> str | None:
+    """Finish a rollback that was killed or failed after its journal was written.
+
+    The file holds the rollback's text (its write happened): record the version
+    now. It does not: the write never happened (or the file changed since), so
+    there is nothing to record; the journal goes either way. Returns what was
+    done, for the operator; None when no rollback was pending.
+    """
+    text = provider.get(PENDING_KEY)
+    if text is None:
+        return None
+    pending = Pending.load(text)
+    if pending is None:
+        provider.delete(PENDING_KEY)
+        return f"dropped an unreadable {PENDING_KEY} record"
+    path = Path(pending.path)
+    with config_lock(path):
+        current = read_config(path, missing_ok=True)
+        if current is not None and sha256_text(current.text) == pending.sha256:
+            version, _ = _record(provider, pending)
+            return (
+                f"finished an interrupted rollback of {path} to v{pending.target}: "
+                f"recorded as v{version.number}"
+            )
+        provider.delete(PENDING_KEY)
+        return (
+            f"an interrupted rollback of {path} to v{pending.target} had not written the "
+            "file: nothing to finish"
+        )

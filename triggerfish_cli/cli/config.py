@@ -54,7 +54,32 @@ RedactOpt = Annotated[
 ]
 
 
-def _provider(st: AppState, out: Output) -> StorageProvider:
+def _provider(st: AppState, out: Output, *, dry_run: bool = False) -> StorageProvider:
+    """The store holding the versions; a rollback killed or failing between writing the
+    file and recording its version is finished first (a dry run only says so)."""
+    from triggerfish_cli.config_rollback import PENDING_KEY, Pending, finish_pending
+    from triggerfish_cli.errors import TriggerfishError
+
+    provider = _open_provider(st, out)
+    if dry_run:
+        pending = provider.get(PENDING_KEY)
+        if pending is not None and (found := Pending.load(pending)) is not None:
+            out.warn(
+                f"an interrupted rollback of {found.path} to v{found.target} is pending: "
+                "the next config command without --dry-run finishes it"
+            )
+        return provider
+    try:
+        note = finish_pending(provider)
+    except TriggerfishError as exc:
+        out.warn(f"an interrupted rollback could not be finished: {exc.message}")
+    else:
+        if note is not None:
+            out.info(note)
+    return provider
+
+
+def _open_provider(st: AppState, out: Output) -> StorageProvider:
     """The store holding the versions, even when the config file itself is broken or gone.
 
     At 3 a.m. the file may not parse: then its storage: block alone names the
@@ -112,7 +137,11 @@ def snapshot_cmd(
     out = st.output(fmt_value(fmt), quiet or None)
     run = None if dry_run else metrics.begin(ctx, "config_snapshot", metrics_file)
     result = config_versions.snapshot(
-        _provider(st, out), st.config_path, reason=reason, redact=redact, dry_run=dry_run
+        _provider(st, out, dry_run=dry_run),
+        st.config_path,
+        reason=reason,
+        redact=redact,
+        dry_run=dry_run,
     )
     metrics.snapshotted(run, result.version, result.unchanged)
     for warning in result.warnings:
@@ -360,7 +389,7 @@ def rollback_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
-    provider = _provider(st, out)
+    provider = _provider(st, out, dry_run=dry_run)
     supply = SecretSupply(
         values=_secrets_file(secrets_file),
         from_current=secrets_from_current,
@@ -436,7 +465,7 @@ def import_cmd(
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
-    provider = _provider(st, out)
+    provider = _provider(st, out, dry_run=dry_run)
     where = directory or config_import.default_dir()
     plan = config_import.plan_import(
         provider,
