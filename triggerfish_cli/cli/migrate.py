@@ -116,7 +116,8 @@ def migrate_cmd(
             yes=yes,
             what="merging into a non-empty store",
         )
-    if plan.merge:  # rows merged into a store that may hold memories: no write-down
+    if plan.merge and plan.target_state != "finishing":  # finishing copies nothing
+        # rows merged into a store that may hold memories: no write-down
         from triggerfish_cli.memory import PREFIX, refuse_write_down
 
         refuse_write_down(src.scan(PREFIX, batch_size=2000), dst, plan.source)
@@ -174,6 +175,9 @@ def _report_plan(out: Any, plan: Any) -> None:
     }[plan.target_state]
     out.line(f"source {plan.source}: {plan.source_keys} key(s)")
     out.line(f"target {plan.target} {state}")
+    if plan.target_state == "finishing":
+        out.line("would finish it: index, audit record, progress record removed (dry run)")
+        return
     out.line(f"would copy {plan.to_copy} key(s), then verify every namespace (dry run)")
 
 
