@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from triggerfish_cli import __version__
+from triggerfish_cli import __version__, cells
 from triggerfish_cli.serialization import dumps, to_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -92,5 +92,18 @@ def record(
             name: gate[name]
             for name in ("freezes", "frozen_seconds", "longest_freeze_ms", "busy_retries")
         }
-    provider.set(key, dumps(value))
+    text = dumps(value)
+    if not cells.is_plain(text):  # keys that are not UTF-8 text (cells.py), as they are shown
+        text = dumps(_shown(value))
+    provider.set(key, text)
     return key
+
+
+def _shown(document: Any) -> Any:
+    if isinstance(document, str):
+        return cells.display(document)
+    if isinstance(document, dict):
+        return {cells.display(k): _shown(v) for k, v in document.items()}
+    if isinstance(document, (list, tuple)):
+        return [_shown(item) for item in document]
+    return document

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from triggerfish_cli import namespaces
+from triggerfish_cli import cells, namespaces
 from triggerfish_cli.backup_archive import (
     COMPRESSIONS,
     HashingWriter,
@@ -82,12 +82,20 @@ def count_rows(conn: sqlite3.Connection) -> Counts:
             found[prefix] = count
     for low, high in uncovered_ranges(namespaces.PREFIXES):
         where, params = gap_clause(low, high)
+        if low is None:  # NULL keys sort first: in the first gap
+            where = f"({where}) OR key IS NULL"
+        # As namespaces.group_of: a group that is not UTF-8 text (a NULL or BLOB key) is "".
         rows = conn.execute(
-            "SELECT CASE WHEN instr(key, ':') > 0 THEN substr(key, 1, instr(key, ':')) "
-            f"ELSE '' END AS grp, count(*) FROM kv WHERE {where} GROUP BY grp",
+            "SELECT CASE WHEN typeof(key) != 'text' THEN x'' WHEN instr(key, ':') > 0 "
+            "THEN CAST(substr(key, 1, instr(key, ':')) AS BLOB) "
+            f"ELSE x'' END AS grp, count(*) FROM kv WHERE {where} GROUP BY grp",
             params,
         ).fetchall()
-        for group, count in rows:
+        for raw, count in rows:
+            try:
+                group = bytes(raw).decode("utf-8")
+            except UnicodeDecodeError:
+                group = ""
             found[group] = found.get(group, 0) + int(count)
     return Counts(sum(found.values()), found, memory_levels(conn))
 
@@ -100,32 +108,45 @@ def memory_levels(conn: sqlite3.Connection) -> dict[str, int]:
     """
     levels: Counter[str] = Counter()
     end = MEMORY_PREFIX[:-1] + chr(ord(MEMORY_PREFIX[-1]) + 1)
-    after = MEMORY_PREFIX
-    while True:
+    after = MEMORY_PREFIX.encode()
+    while True:  # keys as bytes: one may not be UTF-8 (cells.py)
         row = conn.execute(
-            "SELECT key FROM kv WHERE key > ? AND key < ? ORDER BY key LIMIT 1", (after, end)
+            "SELECT CAST(key AS BLOB) FROM kv WHERE key > CAST(? AS TEXT) AND key < ? "
+            "ORDER BY key LIMIT 1",
+            (after, end),
         ).fetchone()
         if row is None:
             break
-        key = str(row[0])
-        agent, colon, _ = key[len(MEMORY_PREFIX) :].partition(":")
-        base = f"{MEMORY_PREFIX}{agent}:"
-        if agent and colon:
+        key = bytes(row[0])
+        agent, colon, _ = key[len(MEMORY_PREFIX) :].partition(b":")
+        base = MEMORY_PREFIX.encode() + agent + b":"
+        if agent and colon and _utf8(agent):  # an agent not UTF-8: no memory (memory_level)
             for level in LEVELS_BY_NAME:
-                where, params = range_clause(f"{base}{level}:")
+                where, params = range_clause(f"{base.decode()}{level}:")
                 query = f"SELECT count(*) FROM kv WHERE {where}"
                 levels[level] += int(conn.execute(query, params).fetchone()[0])
         # past every key of this agent (';' follows ':'), or past this odd key
-        after = base[:-1] + ";" if colon else key
+        after = base[:-1] + b";" if colon else key
     return {level: count for level, count in levels.items() if count}
 
 
 def memory_level(key: str) -> str | None:
-    """The level of ``memory:<agent>:<LEVEL>:<key>`` (as ``memory.split_key`` reads it)."""
+    """The level of ``memory:<agent>:<LEVEL>:<key>`` (as ``memory.split_key`` reads it).
+
+    None too when the agent is not UTF-8 text (cells.py), as :func:`memory_levels` counts.
+    """
     parts = key.split(":", 3)
     if len(parts) == 4 and parts[0] == "memory" and parts[1] and parts[2] in LEVELS_BY_NAME:
-        return parts[2]
+        return parts[2] if parts[1].isascii() or cells.is_plain(parts[1]) else None
     return None
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 class KeyCounter:
@@ -159,6 +180,8 @@ class Created:
     notes: list[str] = field(default_factory=list)
     #: A partial backup: its level and what was left out (backup_partial.Ceiling.as_dict).
     partial: dict[str, Any] | None = None
+    #: Rows holding a cell that is not UTF-8 text (cells.py), named (a logical backup).
+    warnings: list[str] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -169,6 +192,7 @@ class Created:
             "audit_key": self.audit_key,
             "notes": self.notes,
             **({"partial": self.partial} if self.partial is not None else {}),
+            "warnings": self.warnings,
         }
 
 
@@ -228,6 +252,7 @@ def create_backup(
     started = time.perf_counter()
     kind = choose_kind(provider, logical)
     notes: list[str] = []
+    warnings: list[str] = []
     store_id = _identity(provider, notes) if record else _read_identity(provider)
     created = now_iso()
     recipients = recipients or []
@@ -311,7 +336,7 @@ def create_backup(
 
             ceiling = Ceiling(max_taint)
             rows = (row for row in rows if ceiling.admits(*row))
-        chunks = _json_lines(rows, counter, advance)
+        chunks = _json_lines(rows, counter, advance, warnings)
         payload = _Payload(recipients)
         with dest.writer(name) as handle:
             with payload.into(handle) as sink:
@@ -320,7 +345,14 @@ def create_backup(
             _set_counts(manifest, counter.counts())
             _finish_payload(sink, manifest)
             _trailer(handle, manifest, payload)
-    result = Created(name, dest.describe(), manifest, time.perf_counter() - started, notes=notes)
+    result = Created(
+        name,
+        dest.describe(),
+        manifest,
+        time.perf_counter() - started,
+        notes=notes,
+        warnings=warnings,
+    )
     if max_taint is not None:
         result.partial = ceiling.as_dict()
     if record:
@@ -549,15 +581,25 @@ def _json_lines(
     rows: Iterable[tuple[str, str]],
     counter: KeyCounter,
     on_progress: Callable[[int], None] | None,
+    notes: list[str] | None = None,
 ) -> Iterator[bytes]:
+    """The logical payload: ``{"key", "value"}`` lines, ASCII; a cell that is not UTF-8
+    text in its JSON form (cells.py, ``{"$bytes": <base64>, "type": ...}``), named in ``notes``."""
     import json
+
+    from triggerfish_cli import cells
 
     encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
     buffer: list[str] = []
     size = 0
     for key, value in rows:
         counter.add(key)
-        line = encode({"key": key, "value": value})
+        if cells.is_plain(key) and cells.is_plain(value):
+            line = encode({"key": key, "value": value})
+        else:
+            if notes is not None:
+                notes.append(cells.note(key, value, "backed up"))
+            line = encode({"key": cells.to_json(key), "value": cells.to_json(value)})
         buffer.append(line)
         size += len(line)
         if size >= 1 << 20:

@@ -560,8 +560,14 @@ def _archive_rows(
     from triggerfish_cli.backup_verify import payload_stream
 
     if manifest.kind == "physical":
+        from triggerfish_cli.cells import decode_text
+        from triggerfish_cli.storage.sqlite import odd_rows
+
         with contextlib.closing(sqlite3.connect(snapshot)) as conn:
-            yield from conn.execute("SELECT key, value FROM kv ORDER BY key")
+            conn.text_factory = decode_text  # TEXT that is not UTF-8 too (cells.py)
+            cursor = conn.execute("SELECT key, value FROM kv ORDER BY key")
+            while rows := cursor.fetchmany(5000):
+                yield from odd_rows(rows)
         return
     with (
         archive.open("rb") as handle,
@@ -582,7 +588,7 @@ def _load(
     """Load ``rows``; ``replace`` first deletes every key (``include``: those under
     the prefixes only)."""
     from triggerfish_cli.backup_include import target_keys
-    from triggerfish_cli.storage.sqlite import SqliteStorage, range_clause
+    from triggerfish_cli.storage.sqlite import SqliteStorage, execute_rows, range_clause
 
     def advance(count: int) -> None:
         if on_progress is not None:
@@ -598,7 +604,7 @@ def _load(
             elif mode == "replace":
                 deleted = conn.execute("DELETE FROM kv").rowcount
             for batch in batched(rows, 5000):
-                conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", batch)
+                execute_rows(conn, "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", batch)
                 written += len(batch)
                 advance(len(batch))
         return written, deleted

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triggerfish_cli import cells
 from triggerfish_cli.backup_archive import (
     LimitedHashingReader,
     Manifest,
@@ -308,8 +309,10 @@ def _read_lines(
     ceiling = parse_level(manifest.max_taint) if manifest.max_taint else None
     above_it = 0
     for key, value, number, size_so_far in iter_lines(chunks):
-        if previous is not None and key <= previous:
-            raise_line(number, f"key {key!r} out of order (after {previous!r})")
+        if previous is not None and not cells.before(previous, key):
+            raise_line(
+                number, f"key {cells.name(key)} out of order (after {cells.name(previous)})"
+            )
         previous = key
         counter.add(key)
         size = size_so_far
@@ -350,7 +353,16 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
             key = document.get("key") if isinstance(document, dict) else None
             value = document.get("value") if isinstance(document, dict) else None
             if not isinstance(key, str) or not isinstance(value, str):
-                raise VerificationError(f"line {number}: not a {{key, value}} pair of strings")
+                # Not UTF-8 text (cells.py): {"$bytes": ..., "type": ...}, a NULL key.
+                try:
+                    key = cells.from_json(
+                        key, null=isinstance(document, dict) and "key" in document
+                    )
+                    value = cells.from_json(value)
+                except ValueError:
+                    raise VerificationError(
+                        f"line {number}: not a {{key, value}} pair of strings"
+                    ) from None
             yield key, value, number, size
     if pending:
         raise VerificationError(f"line {number + 1}: incomplete (no newline at the end)")

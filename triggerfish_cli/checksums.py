@@ -1,7 +1,8 @@
 """Per-namespace counts and checksums of a store, and a side-by-side comparison of two.
 
 The checksum of a namespace is order-independent: for every record,
-``d = MD5(b"<len(key) in UTF-8 bytes>:" + key + value)`` (UTF-8), and the
+``d = MD5(b"<len(key) in UTF-8 bytes>:" + key + value)`` (UTF-8; a cell
+that is not UTF-8 text, cells.py, as its stored bytes), and the
 namespace's checksum is the sum of the records' ``d[:8]`` (big-endian)
 modulo 2**64, as 16 hex digits. MD5 serves here to detect damage and
 differences (a chance of 2**-64 to miss one), not attackers. Every backend
@@ -22,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from triggerfish_cli import namespaces
+from triggerfish_cli import cells, namespaces
 from triggerfish_cli.storage.provider import (
     StorageProvider,
     batched,
@@ -85,8 +86,12 @@ class Accumulator:
                 known = found.prefix if found is not None else None
                 group = known if known is not None else namespaces.group_of(key)
                 current = totals.setdefault(group, [0, 0])
-            key_bytes = key.encode("utf-8")
-            data = value.encode("utf-8") if isinstance(value, str) else value
+            try:
+                key_bytes = key.encode("utf-8")
+                data = value.encode("utf-8") if isinstance(value, str) else value
+            except UnicodeEncodeError:  # a cell that is not UTF-8 text: its stored bytes
+                key_bytes = cells.raw_bytes(key)
+                data = cells.raw_bytes(value) if isinstance(value, str) else value
             d = md5(b"%d:%b%b" % (len(key_bytes), key_bytes, data), usedforsecurity=False)
             current[0] += 1
             current[1] += from_bytes(d.digest()[:8], "big")
@@ -117,7 +122,7 @@ def namespace_sums(
         return sums
     if isinstance(provider, SqliteStorage):
         return _stream_sums(provider.scan_stored(batch_size=batch_size), on_key)
-    rows = ((k, v.encode("utf-8")) for k, v in provider.scan(batch_size=batch_size))
+    rows = ((k, cells.raw_bytes(v)) for k, v in provider.scan(batch_size=batch_size))
     return _stream_sums(rows, on_key)
 
 
@@ -270,15 +275,15 @@ def compare(
     s, t = next(src, None), next(tgt, None)
     seen = 0
     while s is not None or t is not None:
-        if t is None or (s is not None and s[0] < t[0]):
+        if t is None or (s is not None and cells.before(s[0], t[0])):
             assert s is not None
             entry = check(s[0])
             if entry is not None:
-                entry.source.add(s[0].encode(), s[1].encode())
+                entry.source.add(cells.raw_bytes(s[0]), cells.raw_bytes(s[1]))
                 entry.missing += 1
             s = next(src, None)
             seen += 1
-        elif s is None or t[0] < s[0]:
+        elif s is None or cells.before(t[0], s[0]):
             entry = check(t[0])
             if entry is not None:
                 entry.extra += 1
@@ -287,9 +292,9 @@ def compare(
         else:
             entry = check(s[0])
             if entry is not None:
-                key = s[0].encode()
-                entry.source.add(key, s[1].encode())
-                entry.target.add(key, t[1].encode())
+                key = cells.raw_bytes(s[0])
+                entry.source.add(key, cells.raw_bytes(s[1]))
+                entry.target.add(key, cells.raw_bytes(t[1]))
                 entry.different += s[1] != t[1]
             s, t = next(src, None), next(tgt, None)
             seen += 1

@@ -375,9 +375,8 @@ def apply_rollback(
         except TriggerfishError as exc:
             with contextlib.suppress(TriggerfishError):
                 provider.delete(PENDING_KEY)  # nothing to finish: nothing was written
-            raise TriggerfishError(
-                f"rollback not written: {exc.message}; {path} is unchanged"
-            ) from None
+            # the same kind (disk full: exit 9, cannot write)
+            raise type(exc)(f"rollback not written: {exc.message}; {path} is unchanged") from None
         result["written"] = True
         kill_point("rollback:written")
         try:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import IO, Any
 
-from triggerfish_cli import audit, namespaces
+from triggerfish_cli import audit, cells, namespaces
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
 from triggerfish_cli.serialization import dumps, fast_loads, to_iso, utc_now
@@ -56,7 +56,8 @@ def namespace_report(
     """Every namespace present, with key count and value bytes, sorted by prefix.
 
     Keys of no known namespace are grouped by their first segment (``x:``);
-    keys without any ``:`` form the group ``""``. With ``ages`` every value
+    keys without any ``:`` form the group ``""``, NULL keys and BLOB keys
+    (cells.py) a group each. With ``ages`` every value
     is read to find the oldest and newest record time, the records of
     unknown age, and the pending ones: a time that is a deadline still ahead
     of ``now`` (default: the clock) is not an age, and is left out of
@@ -70,7 +71,7 @@ def namespace_report(
             assert ns is not None
             rows.append(NamespaceRow(prefix, True, ns.description, stats.count, stats.bytes))
     for group, stats in provider.other_stats(namespaces.PREFIXES).items():
-        label = "keys without a ':' namespace" if group == "" else "unknown namespace"
+        label = _GROUP_LABELS.get(group, "unknown namespace")
         rows.append(NamespaceRow(group, False, label, stats.count, stats.bytes))
     rows.sort(key=lambda row: row.namespace)
     if ages:
@@ -78,6 +79,14 @@ def namespace_report(
         for row in rows:
             _fill_ages(provider, row, moment)
     return rows
+
+
+#: Groups of their own: keys without ':', and NULL and BLOB keys (cells.py).
+_GROUP_LABELS = {
+    "": "keys without a ':' namespace",
+    cells.NULL_CELL: "NULL keys (not text)",
+    cells.BLOB_MARK: "BLOB keys (not text)",
+}
 
 
 def _fill_ages(provider: StorageProvider, row: NamespaceRow, now: datetime) -> None:
@@ -361,12 +370,35 @@ def clear_store(provider: StorageProvider) -> int:
 
 
 def export_lines(
-    provider: StorageProvider, prefix: str | None = None, reads: RawReads | None = None
+    provider: StorageProvider,
+    prefix: str | None = None,
+    reads: RawReads | None = None,
+    notes: list[str] | None = None,
 ) -> Iterator[str]:
-    """JSON Lines, one ``{"key": ..., "value": ...}`` per key, value exactly as stored."""
+    """JSON Lines, one ``{"key": ..., "value": ...}`` per key, value exactly as stored.
+
+    A cell that is not UTF-8 text is written in its JSON form (cells.py),
+    ``{"$bytes": <base64>, "type": "text"|"blob"}`` (a NULL key: ``null``),
+    and named in ``notes``.
+    """
     rows = provider.scan(prefix, batch_size=2000)
     for key, value in rows if reads is None else raw_rows(rows, reads):
-        yield dumps({"key": key, "value": value}) + "\n"
+        if cells.is_plain(key) and cells.is_plain(value):
+            yield dumps({"key": key, "value": value}) + "\n"
+            continue
+        if notes is not None:
+            notes.append(cells.note(key, value, "exported"))
+        yield dumps({"key": cells.to_json(key), "value": cells.to_json(value)}) + "\n"
+
+
+def noting(
+    rows: Iterable[tuple[str, str]], notes: list[str], verb: str = "exported"
+) -> Iterator[tuple[str, str]]:
+    """``rows`` as they are; each holding a cell that is not UTF-8 text named in ``notes``."""
+    for key, value in rows:
+        if not (cells.is_plain(key) and cells.is_plain(value)):
+            notes.append(cells.note(key, value, verb))
+        yield key, value
 
 
 @dataclass
@@ -398,28 +430,31 @@ def parse_import(stream: IO[str], origin: str) -> dict[str, str]:
             document = json.loads(line)
         except ValueError as exc:
             raise InvalidDataError(f"{origin}: line {number}: not valid JSON ({exc})") from None
-        if (
-            not isinstance(document, dict)
-            or not isinstance(document.get("key"), str)
-            or not isinstance(document.get("value"), str)
-            or not document["key"]
-        ):
+        if not isinstance(document, dict) or "key" not in document or "value" not in document:
             raise InvalidDataError(
                 f"{origin}: line {number}: expected an object with a string "
                 '"key" and a string "value"'
             )
+        found: dict[str, str] = {}
         for field_name in ("key", "value"):
             text = document[field_name]
-            try:
-                text.encode("utf-8")
-            except UnicodeEncodeError as exc:
+            if isinstance(text, str) and not cells.is_plain(text):
+                index = next(i for i, char in enumerate(text) if not cells.is_plain(char))
                 raise InvalidDataError(
                     f"{origin}: line {number}: the {field_name} holds a lone surrogate "
-                    f"({text[exc.start]!r} at character {exc.start + 1}): not valid Unicode, "
+                    f"({text[index]!r} at character {index + 1}): not valid Unicode, "
                     "so it cannot be stored as text"
+                )
+            try:
+                found[field_name] = cells.from_json(text, null=field_name == "key")
+            except ValueError:
+                raise InvalidDataError(
+                    f"{origin}: line {number}: expected an object with a string "
+                    '"key" and a string "value" (or {"$bytes": <base64>, "type": '
+                    '"text"|"blob"} for one that is not UTF-8 text)'
                 ) from None
-        refuse_memory_key(document["key"], f"{origin}: line {number}: ")
-        items[document["key"]] = document["value"]
+        refuse_memory_key(found["key"], f"{origin}: line {number}: ")
+        items[found["key"]] = found["value"]
     return items
 
 

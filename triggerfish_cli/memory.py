@@ -31,7 +31,7 @@ from datetime import datetime
 from operator import attrgetter, itemgetter
 from typing import TYPE_CHECKING, Any
 
-from triggerfish_cli import audit
+from triggerfish_cli import audit, cells
 from triggerfish_cli.classification import Level, can_flow_to
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError, UsageError
 from triggerfish_cli.serialization import dumps, fast_loads, parse_iso, to_iso, utc_now
@@ -150,8 +150,13 @@ def parse_record(
       to the level in the key (a record claiming another level than where it
       is stored is suspect, so it is shown to nobody).
 
-    Anything else is :class:`Malformed`, never an exception.
+    Anything else is :class:`Malformed`, never an exception (a key or value
+    that is not UTF-8 text, cells.py, too).
     """
+    if not (cells.is_plain(skey) and cells.is_plain(value)):
+        return Malformed(
+            skey, f"{'key' if not cells.is_plain(skey) else 'value'} is not UTF-8 text"
+        )
     # Inlined (split_key, Level.name, the dataclass's frozen __init__): list and
     # search parse every row they show, and this is most of their time.
     parts = skey.split(":", 3)

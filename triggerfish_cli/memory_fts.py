@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+from triggerfish_cli import cells
 from triggerfish_cli.classification import Level
 from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
 from triggerfish_cli.errors import UsageError
@@ -62,6 +63,8 @@ from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.sqlite import (
     KV_SCHEMA,
     SqliteStorage,
+    lenient,
+    odd_rows,
     private_transaction,
     translate_error,
 )
@@ -123,6 +126,14 @@ def _query_error(exc: sqlite3.Error) -> bool:
     )
 
 
+_KV_IN = "SELECT key, value FROM kv WHERE key IN "
+
+
+def _fetch_all(sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection], list[Any]]:
+    """A read of every row of ``sql`` (for :func:`lenient`)."""
+    return lambda conn: conn.execute(sql, params).fetchall()
+
+
 class Fts5Index:
     """:class:`~triggerfish_cli.memory_index.MemoryIndex` on a SQLite connection."""
 
@@ -171,9 +182,7 @@ class Fts5Index:
         for start in range(0, len(keys), 500):
             chunk = keys[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            found.update(
-                self.conn.execute(f"SELECT key, value FROM kv WHERE key IN ({marks})", chunk)
-            )
+            found.update(odd_rows(lenient(self.conn, _fetch_all(f"{_KV_IN}({marks})", chunk))))
         return found
 
     # -- search ---------------------------------------------------------------------
@@ -318,9 +327,13 @@ class Fts5Index:
 
         def once() -> tuple[str | None, str]:
             with self._transaction("memory write") as conn:
-                row = conn.execute("SELECT value FROM kv WHERE key = ?", (storage_key,))
-                found = row.fetchone()
-                old = None if found is None else str(found[0])
+                found = lenient(
+                    conn,
+                    lambda c: c.execute(
+                        "SELECT value FROM kv WHERE key = ?", (storage_key,)
+                    ).fetchone(),
+                )
+                old = None if found is None else cells.from_sqlite(found[0])
                 new = update(old)
                 conn.execute(
                     "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (storage_key, new)

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from triggerfish_cli import audit, namespaces
+from triggerfish_cli import audit, cells, namespaces
 from triggerfish_cli.checksums import (
     Accumulator,
     NamespaceCheck,
@@ -108,7 +108,7 @@ class Progress:
             "merge": self.merge,
             "started": self.started,
             "updated": now_iso(),
-            "lastKey": self.last_key,
+            "lastKey": _key_json(self.last_key),
             "copied": self.copied,
         }
         if self.verified:
@@ -123,7 +123,7 @@ class Progress:
                 str(data["source"]),
                 bool(data["merge"]),
                 str(data["started"]),
-                data.get("lastKey"),
+                _key_from_json(data.get("lastKey")),
                 int(data.get("copied", 0)),
                 bool(data.get("verified", False)),
                 bool(data.get("memoryKeys", False)),
@@ -133,6 +133,24 @@ class Progress:
             raise InvalidDataError(
                 f"the target's {PROGRESS_KEY} record is not a migration progress record"
             ) from None
+
+
+def _key_json(key: str | None) -> Any:
+    """The last key copied in JSON: a string, a cell that is not UTF-8 text (cells.py),
+    ``{"null": true}`` for a NULL key (``null``: nothing copied yet)."""
+    if key is None:
+        return None
+    if key == cells.NULL_CELL:
+        return {"null": True}
+    return cells.to_json(key)
+
+
+def _key_from_json(document: Any) -> str | None:
+    if document is None:
+        return None
+    if document == {"null": True}:
+        return cells.NULL_CELL
+    return cells.from_json(document)
 
 
 @dataclass

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
+from triggerfish_cli import cells
 from triggerfish_cli.serialization import canonical_iso, parse_iso, to_iso
 
 _T = TypeVar("_T")
@@ -374,12 +375,19 @@ def _json_loads(text: str) -> Any:
 
 
 def group_of(key: str) -> str:
-    """The display group of a key: its namespace prefix, else its first segment."""
+    """The display group of a key: its namespace prefix, else its first segment.
+
+    A first segment that is not UTF-8 text (cells.py: NULL and BLOB keys too)
+    is the group ``""``.
+    """
     namespace = for_key(key)
     if namespace is not None:
         return namespace.prefix
     colon = key.find(":")
-    return key[: colon + 1] if colon >= 0 else ""
+    if colon < 0:
+        return ""
+    group = key[: colon + 1]
+    return group if group.isascii() or cells.is_plain(group) else ""
 
 
 def resolve_prefixes(names: Iterable[str]) -> list[str]:

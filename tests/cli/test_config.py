@@ -389,8 +389,9 @@ def test_disk_full_leaves_the_old_file_untouched(
 
     monkeypatch.setattr(os, "fsync", full)
     result = cli(*store.args, "config", "rollback", "1", "--yes")
-    assert result.exit_code == 1
+    assert result.exit_code == 9  # cannot write
     assert "No space left on device" in result.stderr and "unchanged" in result.stderr
+    assert str(config) in result.stderr.splitlines()[-1]  # after the diff: one line
     _untouched(config, edited)
     stored = versions(store)
     assert sorted(stored) == [1, 2] and stored[2]["source"] == "snapshot"  # no rollback recorded
@@ -413,7 +414,7 @@ def test_permission_denied_leaves_the_old_file_untouched(
 
     monkeypatch.setattr(tempfile, "mkstemp", denied)
     result = cli(*store.args, "config", "rollback", "1", "--yes")
-    assert result.exit_code == 1 and "Permission denied" in result.stderr
+    assert result.exit_code == 9 and "Permission denied" in result.stderr  # cannot write
     _untouched(config, edited)
     assert all(v["source"] == "snapshot" for v in versions(store).values())
 

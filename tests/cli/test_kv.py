@@ -376,7 +376,7 @@ def test_export_prefix_and_output_file(cli: CliFn, gateway_db: Path, tmp_path: P
         ('{"key": "k"}', 'string "key" and a string "value"'),
         ('{"key": 1, "value": "v"}', 'string "key"'),
         ('["k", "v"]', 'string "key"'),
-        ('{"key": "", "value": "v"}', 'string "key"'),
+        ('{"key": {"$bytes": "AA=="}, "value": "v"}', 'string "key"'),
     ],
 )
 def test_import_is_all_or_nothing(

@@ -157,7 +157,8 @@ def test_control_characters_are_shown_escaped() -> None:
     text = table([{"key": nasty, "bytes": 1, "note": "\x1b]0;title\x07"}], COLUMNS[:4:3])
     assert "\x1b" not in text and "\r" not in text and "\x07" not in text
     assert "\udcff" not in text and "\u202e" not in text
-    assert "evil\\x1b[2Jkey\\rover\\x07bell\\udcff\\u202eabc\\nx\\tz" in text
+    # the lone surrogate is an undecodable byte (cells.py): shown as that byte
+    assert "evil\\x1b[2Jkey\\rover\\x07bell\\xff\\u202eabc\\nx\\tz" in text
     text.encode("utf-8")  # printable to any UTF-8 terminal: no lone surrogate left
     assert safe("plain") == "plain" and safe("two\nlines", newlines=True) == "two\nlines"
     assert display_width("日本") == 4 and display_width("e\u0301") == 1

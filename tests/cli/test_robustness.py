@@ -123,6 +123,26 @@ def test_disk_full_in_a_logical_restore_into_a_new_store(
     one_line(done.stderr)
 
 
+def test_disk_full_in_a_config_rollback_leaves_the_file_as_it_was(
+    tiny_fs: Path, big_store: Path, tmp_path: Path
+) -> None:
+    big = tmp_path / "big.yaml"  # a version larger than the tmpfs
+    big.write_text(
+        "models:\n  primary: x\n" + "".join(f"# {os.urandom(40).hex()}\n" for _ in range(4000))
+    )
+    assert run("--db", str(big_store), "--config", str(big), "config", "snapshot").returncode == 0
+    config = tiny_fs / "triggerfish.yaml"
+    config.write_text("models:\n  primary: y\n")
+    done = run(
+        "--db", str(big_store), "-q", "--config", str(config), "config", "rollback", "1", "--yes"
+    )
+    assert done.returncode == 9, done.stderr
+    line = one_line(done.stderr)
+    assert str(config) in line and "No space left" in line and "unchanged" in line
+    assert config.read_text() == "models:\n  primary: y\n"
+    assert [p.name for p in tiny_fs.iterdir()] == ["triggerfish.yaml"]  # no temp file
+
+
 def test_a_sweep_on_a_corrupt_database_is_exit_8_naming_it(cli: CliFn, big_store: Path) -> None:
     size = big_store.stat().st_size
     with big_store.open("r+b") as handle:

@@ -201,6 +201,7 @@ def create_cmd(
     metrics.backed_up(run, document)
     for note in created.notes:
         out.info(f"note: {note}")
+    out.warn_all(created.warnings)
     if verify:
         result = verify_in(dest, created.name, identities=keys)
         document["verified"] = result.as_dict()

@@ -88,7 +88,7 @@ def namespaces_cmd(
     out = st.output(fmt_value(fmt))
     rows = kv.namespace_report(st.provider(), ages=ages)
     columns = [
-        Column("namespace", "namespace", render=lambda name: name or '""'),
+        Column("namespace", "namespace", render=_group_name),
         Column("keys", "keys", "right"),
         Column("bytes", "size", "right", human_bytes),
     ]
@@ -107,6 +107,14 @@ def namespaces_cmd(
         footer={"namespace": "total", "keys": total.count, "bytes": total.bytes},
         empty="the store is empty",
     )
+
+
+def _group_name(name: str) -> str:
+    from triggerfish_cli import cells
+
+    if name in (cells.NULL_CELL, cells.BLOB_MARK):
+        return cells.kind(name).upper()
+    return name or '""'
 
 
 @app.command("list")
@@ -432,15 +440,17 @@ def export_cmd(
     provider = st.provider()
     reads = _raw_reads(taint)
 
+    notes: list[str] = []
+
     def write(handle: IO[str]) -> None:
         if chosen in ("table", "jsonl"):
-            for line in kv.export_lines(provider, prefix, reads):
+            for line in kv.export_lines(provider, prefix, reads, notes):
                 handle.write(line)
             return
         out = Output(chosen, stdout=handle)
         rows = (
             {"key": k, "value": v}
-            for k, v in kv.raw_rows(provider.scan(prefix, batch_size=2000), reads)
+            for k, v in kv.noting(kv.raw_rows(provider.scan(prefix, batch_size=2000), reads), notes)
         )
         out.rows(rows, [Column("key", "key"), Column("value", "value")])
 
@@ -449,6 +459,7 @@ def export_cmd(
     else:
         with atomic_writer(output, mode=EXPORT_MODE, keep_mode=False) as handle:
             write(handle)
+    st.output(None).warn_all(notes)
     reads.audit(provider, "kv export", prefix or "")
 
 

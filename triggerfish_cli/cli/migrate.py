@@ -8,7 +8,7 @@ import typer
 
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value
-from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.errors import InvalidDataError, TriggerfishError
 
 HELP = (
     "Move a store to another backend, verified and resumable.\n\n"
@@ -132,6 +132,8 @@ def migrate_cmd(
 
             run.copy(advance)
     except TriggerfishError as exc:  # one line: what stopped it, and how to go on
+        if isinstance(exc, InvalidDataError):  # a row the target cannot hold: named, no retry
+            raise
         exc.hint = "; ".join(
             part
             for part in (

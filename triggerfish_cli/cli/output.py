@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import IO, Any
 
+from triggerfish_cli import cells
 from triggerfish_cli.errors import RefusedError, UsageError
 
 FORMATS = ("table", "json", "jsonl", "csv")
@@ -127,6 +128,8 @@ def safe(text: str, *, newlines: bool = False) -> str:
     """
     if text.isprintable():
         return text
+    if not cells.is_plain(text):  # an odd cell (cells.py): NULL, x'..', \xNN
+        text = cells.display(text)
     return text.translate(_KEEP_NEWLINES if newlines else _ESCAPES)
 
 
@@ -186,9 +189,25 @@ def _cell(value: Any) -> str:
 
 
 def json_text(document: Any, *, pretty: bool = False) -> str:
+    """JSON of ``document``; odd cells (cells.py) in their JSON form, ``{"$bytes": ...}``."""
+    text = _dumps(document, pretty)
+    return text if cells.is_plain(text) else _dumps(_json_cells(document), pretty)
+
+
+def _dumps(document: Any, pretty: bool) -> str:
     if pretty:
         return json.dumps(document, ensure_ascii=False, indent=2)
     return json.dumps(document, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json_cells(document: Any) -> Any:
+    if isinstance(document, str):
+        return cells.to_json(document)
+    if isinstance(document, Mapping):
+        return {cells.display(str(k)): _json_cells(v) for k, v in document.items()}
+    if isinstance(document, (list, tuple)):
+        return [_json_cells(item) for item in document]
+    return document
 
 
 # -- the streaming table -----------------------------------------------------------
@@ -502,7 +521,15 @@ class Output:
     # -- data on stdout -----------------------------------------------------
 
     def write(self, text: str) -> None:
-        """Exact text to stdout (no newline added)."""
+        """Exact text to stdout (no newline added); an odd cell (cells.py) as its stored bytes."""
+        if not cells.is_plain(text):
+            self.stdout.flush()
+            buffer = getattr(self.stdout, "buffer", None)
+            if buffer is not None:
+                buffer.write(cells.raw_bytes(text))
+                buffer.flush()
+                return
+            text = cells.raw_bytes(text).decode("utf-8", "replace")
         self.stdout.write(text)
         self.stdout.flush()
 
@@ -669,6 +696,13 @@ class Output:
             self._fold(self.stderr, f"warning: {safe(message, newlines=True)}") + "\n"
         )
 
+    def warn_all(self, messages: Sequence[str], most: int = 10) -> None:
+        """Each warning, the first ``most`` of them, then how many more there were."""
+        for message in messages[:most]:
+            self.warn(message)
+        if len(messages) > most:
+            self.warn(f"... and {len(messages) - most} more like these")
+
     def error(self, message: str) -> None:
         prefix = "error:"
         if self.color and self.stderr_is_tty:
@@ -816,6 +850,8 @@ def csv_cell(value: Any) -> Any:
         return "true" if value else "false"
     if isinstance(value, (list, tuple, dict)):
         return json_text(value)
+    if isinstance(value, str) and not cells.is_plain(value):
+        return cells.display(value)
     return value
 
 

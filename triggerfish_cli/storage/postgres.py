@@ -782,6 +782,9 @@ class PostgresStorage(BaseStorage):
 
 
 def _check_text(key: str, value: str) -> None:
+    from triggerfish_cli import cells
+
+    cells.refuse(key, value, "postgres")
     if "\x00" in key or "\x00" in value:
         where = "key" if "\x00" in key else "value"
         raise InvalidDataError(

@@ -46,7 +46,13 @@ class PrefixStats:
 
 def value_size(value: str) -> int:
     """Size of a stored value in bytes, as the SQLite file holds it (UTF-8)."""
-    return len(value.encode("utf-8", "surrogatepass"))
+    if value.isascii():
+        return len(value)
+    from triggerfish_cli import cells
+
+    if not cells.is_plain(value):  # not UTF-8 text (cells.py): its stored bytes
+        return len(cells.raw_bytes(value))
+    return len(value.encode("utf-8"))
 
 
 def prefix_upper_bound(prefix: str) -> str | None:

@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeVar
 
+from triggerfish_cli import cells
 from triggerfish_cli.errors import (
     BackendUnavailableError,
     BusyError,
@@ -361,6 +362,7 @@ class S3Storage(BaseStorage):
 
     def _put(self, item: tuple[str, str]) -> None:
         key, value = item
+        cells.refuse(key, value, self.describe())
         with self.errors("set"):
             self.client.put_object(
                 Bucket=self.bucket,
@@ -507,6 +509,8 @@ class S3Storage(BaseStorage):
         """Every item, in parallel. Not atomic: S3 has no multi-object transactions."""
         self._check_writable()
         staged = dict(items)
+        for key, value in staged.items():  # before writing any of them
+            cells.refuse(key, value, self.describe())
         for chunk in batched(list(staged.items()), 1000):
             self._map(self._put, chunk)
         return len(staged)

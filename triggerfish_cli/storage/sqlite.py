@@ -19,6 +19,7 @@ import builtins
 import contextlib
 import itertools
 import os
+import re
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
+from triggerfish_cli import cells
 from triggerfish_cli.errors import (
     BackendUnavailableError,
     BusyError,
@@ -74,9 +76,122 @@ def gap_clause(low: str | None, high: str | None) -> tuple[str, list[str]]:
     return key_ranges.between(low, high, mark="?", true="1")
 
 
-def range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[str]]:
-    """SQL condition and parameters selecting keys under ``prefix`` after ``start_after``."""
+def range_clause(prefix: str | None, start_after: str | None = None) -> tuple[str, list[Any]]:
+    """SQL condition and parameters selecting keys under ``prefix`` after ``start_after``.
+
+    A NULL key (cells.py) sorts before every other: keys after it are all
+    the others. Keys after an odd cell compare with its stored bytes, and a
+    prefix that is not UTF-8 text selects by its bytes.
+    """
+    if prefix and not cells.is_plain(prefix):
+        low = cells.raw_bytes(prefix)
+        conditions: builtins.list[str] = ["key >= CAST(? AS TEXT)"]
+        params: builtins.list[Any] = [low]
+        high = low.rstrip(b"\xff")
+        if high:
+            conditions.append("key < CAST(? AS TEXT)")
+            params.append(high[:-1] + bytes([high[-1] + 1]))
+        if start_after is not None and start_after != cells.NULL_CELL:
+            conditions.append(f"key > {CELL_SQL}")
+            params += cell_params(start_after)
+        return " AND ".join(conditions), params
+    if start_after is not None and not cells.is_plain(start_after):
+        if start_after == cells.NULL_CELL:
+            start_after = None
+            if not prefix:
+                return "key IS NOT NULL", []
+        else:
+            where, params = key_ranges.under(prefix, None, mark="?", true="1")
+            return f"({where}) AND key > {CELL_SQL}", [
+                *params,
+                *cell_params(start_after),
+            ]
     return key_ranges.under(prefix, start_after, mark="?", true="1")
+
+
+def sqlite_param(text: str) -> tuple[Any, int]:
+    """``(parameter, cast)`` binding the cell: ``CASE WHEN cast THEN CAST(p AS TEXT) ELSE p``."""
+    if cells.is_plain(text):
+        return text, 0
+    if text == cells.NULL_CELL:
+        return None, 0
+    if text.startswith(cells.BLOB_MARK):
+        return cells.raw_bytes(text), 0
+    return cells.raw_bytes(text), 1
+
+
+#: The SQL expression of a cell bound with :func:`sqlite_param` (three parameters).
+CELL_SQL = "CASE WHEN ? THEN CAST(? AS TEXT) ELSE ? END"
+
+
+def cell_params(text: str) -> list[Any]:
+    """The three parameters of :data:`CELL_SQL` for ``text``."""
+    param, cast = sqlite_param(text)
+    return [cast, param, param]
+
+
+_UNDECODABLE = "could not decode to utf-8"
+
+
+def lenient(conn: sqlite3.Connection, run: Callable[[sqlite3.Connection], T]) -> T:
+    """``run(conn)``; when it meets TEXT that is not UTF-8, again with the lenient decoder
+    (cells.py: such a cell becomes a str with lone surrogates), which stays on."""
+    try:
+        return run(conn)
+    except sqlite3.OperationalError as exc:
+        if _UNDECODABLE not in str(exc).lower() or conn.text_factory is cells.decode_text:
+            raise
+        conn.text_factory = cells.decode_text
+        return run(conn)
+
+
+_ONLY_STR = frozenset({str})
+
+
+def odd_rows(rows: builtins.list[Any]) -> builtins.list[Any]:
+    """Rows of kv cells with every cell a str (cells.py): BLOBs and NULLs converted."""
+    if set(map(type, itertools.chain.from_iterable(rows))) <= _ONLY_STR:  # the usual case, in C
+        return rows
+    for index, row in enumerate(rows):
+        for cell in row:
+            if cell.__class__ is not str:
+                rows[index] = tuple(cells.from_sqlite(item) for item in row)
+                break
+    return rows
+
+
+def cell_statement(sql: str) -> str:
+    """``sql`` (one ``?`` per key or value) taking odd cells: three parameters each."""
+    cell = CELL_SQL
+    sql = sql.replace("SET value = ?", f"SET value = {cell}")
+    sql = re.sub(r"\b(key|value) = \?", lambda m: f"{m.group(1)} IS {cell}", sql)
+    return sql.replace("VALUES (?, ?)", f"VALUES ({cell}, {cell})")
+
+
+def split_rows(
+    rows: Iterable[Sequence[str]],
+) -> tuple[builtins.list[Sequence[str]], builtins.list[builtins.list[Any]]]:
+    """Plain rows as they are; rows holding an odd cell with their parameters expanded."""
+    rows = rows if isinstance(rows, builtins.list) else builtins.list(rows)
+    if all(map(str.isascii, itertools.chain.from_iterable(rows))):  # the usual case, in C
+        return rows, []
+    plain: builtins.list[Sequence[str]] = []
+    odd: builtins.list[builtins.list[Any]] = []
+    for row in rows:
+        if all(cells.is_plain(cell) for cell in row):
+            plain.append(row)
+        else:
+            odd.append([param for cell in row for param in cell_params(cell)])
+    return plain, odd
+
+
+def execute_rows(conn: sqlite3.Connection, sql: str, rows: Iterable[Sequence[str]]) -> None:
+    """``executemany(sql, rows)``, odd cells (cells.py) bound as exactly what they are."""
+    plain, odd = split_rows(rows)
+    if plain:
+        conn.executemany(sql, plain)
+    if odd:
+        conn.executemany(cell_statement(sql), odd)
 
 
 def translate_error(exc: sqlite3.Error, where: str) -> TriggerfishError:
@@ -164,9 +279,7 @@ class SqliteStorage(BaseStorage):
     def gate(self) -> WriteGate:
         """The write gate every write transaction on this store passes (write_gate.py)."""
         if self._gate is None:
-            self._gate = WriteGate(
-                self.path, self.gate_mode, busy_timeout_ms=self.busy_timeout_ms
-            )
+            self._gate = WriteGate(self.path, self.gate_mode, busy_timeout_ms=self.busy_timeout_ms)
         return self._gate
 
     def live_writers(self) -> builtins.list[LiveWriter]:
@@ -249,18 +362,64 @@ class SqliteStorage(BaseStorage):
                         conn.execute("ROLLBACK")
                     conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
+    def _lenient(self, exc: sqlite3.Error) -> bool:
+        """Met TEXT that is not UTF-8: from now on decode it as an odd cell (cells.py).
+
+        True when the read is worth trying again. The strict default decoder
+        is SQLite's own (fast); the lenient one runs in Python, so it is only
+        switched on for a store that needs it.
+        """
+        conn = self.connection
+        if _UNDECODABLE not in str(exc).lower() or conn.text_factory is cells.decode_text:
+            return False
+        conn.text_factory = cells.decode_text
+        return True
+
+    def _read(self, what: str, run: Callable[[sqlite3.Connection], T]) -> T:
+        """``run(conn)``, tried again with the lenient decoder when a cell is not UTF-8."""
+        with self.errors(what):
+            try:
+                return run(self.connection)
+            except sqlite3.OperationalError as exc:
+                if not self._lenient(exc):
+                    raise
+                return run(self.connection)
+
+    def _rows(self, what: str, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
+        """All rows of a query on kv cells, each cell a str (cells.py)."""
+        return odd_rows(self._read(what, lambda conn: conn.execute(sql, params).fetchall()))
+
     def _fetch(
-        self, conn: sqlite3.Connection, sql: str, params: Sequence[str], batch_size: int
+        self, conn: sqlite3.Connection, sql: str, params: Sequence[Any], batch_size: int
     ) -> Iterator[tuple[Any, ...]]:
-        """The rows of one query, ``batch_size`` at a time."""
-        with self.errors("scan"):
-            cursor = conn.execute(sql, params)
+        """The rows of one query, ``batch_size`` at a time, each cell a str (cells.py).
+
+        A cell that is not UTF-8 switches the decoder and the query runs
+        again (same snapshot, same order), past the rows already given.
+        """
+        given = 0
         while True:
             with self.errors("scan"):
-                rows = cursor.fetchmany(batch_size)
-            if not rows:
-                return
-            yield from rows
+                cursor = conn.execute(sql, params)
+            skip = given
+            try:
+                while True:
+                    with self.errors("scan"):
+                        try:
+                            rows = cursor.fetchmany(batch_size)
+                        except sqlite3.OperationalError as exc:
+                            if not self._lenient(exc):
+                                raise
+                            raise _Again from None
+                    if not rows:
+                        return
+                    if skip:
+                        dropped = min(skip, len(rows))
+                        rows, skip = rows[dropped:], skip - dropped
+                    given += len(rows)
+                    yield from odd_rows(rows)
+            except _Again:
+                continue
 
     def tables(self) -> set[str]:
         with self.errors("read schema"):
@@ -288,27 +447,30 @@ class SqliteStorage(BaseStorage):
     # -- the five ---------------------------------------------------------
 
     def get(self, key: str) -> str | None:
-        with self.errors("get"):
-            row = self.connection.execute("SELECT value FROM kv WHERE key = ?", (key,)).fetchone()
-        return None if row is None else str(row[0])
+        if cells.is_plain(key):
+            rows = self._rows("get", "SELECT value FROM kv WHERE key = ?", (key,))
+        else:
+            rows = self._rows(
+                "get", f"SELECT value FROM kv WHERE key IS {CELL_SQL}", cell_params(key)
+            )
+        return rows[0][0] if rows else None
 
     def set(self, key: str, value: str) -> None:
         self.write(
-            lambda conn: conn.execute(
-                "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value)
+            lambda conn: execute_rows(
+                conn, "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", [(key, value)]
             ),
             "set",
         )
 
     def delete(self, key: str) -> None:
-        self.write(lambda conn: conn.execute("DELETE FROM kv WHERE key = ?", (key,)), "delete")
+        self.write(
+            lambda conn: execute_rows(conn, "DELETE FROM kv WHERE key = ?", [(key,)]), "delete"
+        )
 
     def list(self, prefix: str | None = None) -> list[str]:
         where, params = range_clause(prefix)
-        with self.errors("list"):
-            rows = self.connection.execute(
-                f"SELECT key FROM kv WHERE {where} ORDER BY key", params
-            ).fetchall()
+        rows = self._rows("list", f"SELECT key FROM kv WHERE {where} ORDER BY key", params)
         return [row[0] for row in rows]
 
     def clear(self) -> None:
@@ -366,13 +528,16 @@ class SqliteStorage(BaseStorage):
         self, columns: str, prefix: str | None, start_after: str | None, batch_size: int
     ) -> Iterator[tuple[str, ...]]:
         last = start_after
+        if not prefix and start_after is None:  # NULL keys first (they are not unique)
+            yield from self._rows("scan", f"SELECT {columns} FROM kv WHERE key IS NULL")
+            last = cells.NULL_CELL
         while True:
             where, params = range_clause(prefix, last)
-            with self.errors("scan"):
-                rows = self.connection.execute(
-                    f"SELECT {columns} FROM kv WHERE {where} ORDER BY key LIMIT ?",
-                    [*params, batch_size],
-                ).fetchall()
+            rows = self._rows(
+                "scan",
+                f"SELECT {columns} FROM kv WHERE {where} ORDER BY key LIMIT ?",
+                [*params, batch_size],
+            )
             yield from rows
             if len(rows) < batch_size:
                 return
@@ -394,9 +559,8 @@ class SqliteStorage(BaseStorage):
 
     def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
         """Every key with its value exactly as stored (UTF-8 bytes, not decoded), key order."""
-        yield from self._paged(  # type: ignore[misc]
-            "key, CAST(value AS BLOB)", None, None, batch_size
-        )
+        for key, value in self._paged("key, CAST(value AS BLOB)", None, None, batch_size):
+            yield key, cells.raw_bytes(value)
 
     def scan_keys(
         self,
@@ -446,12 +610,17 @@ class SqliteStorage(BaseStorage):
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}
         for batch in batched(keys, 500):
-            marks = ",".join("?" * len(batch))
-            with self.errors("get"):
-                rows = self.connection.execute(
-                    f"SELECT key, value FROM kv WHERE key IN ({marks})", batch
-                ).fetchall()
-            found.update(rows)
+            plain = [key for key in batch if cells.is_plain(key)]
+            marks = ",".join("?" * len(plain))
+            if plain:
+                found.update(
+                    self._rows("get", f"SELECT key, value FROM kv WHERE key IN ({marks})", plain)
+                )
+            for key in batch:
+                if not cells.is_plain(key):
+                    value = self.get(key)
+                    if value is not None:
+                        found[key] = value
         return found
 
     def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
@@ -490,7 +659,7 @@ class SqliteStorage(BaseStorage):
 
         def write_all(conn: sqlite3.Connection) -> int:
             before = conn.total_changes
-            conn.executemany("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", rows)
+            execute_rows(conn, "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", rows)
             return conn.total_changes - before
 
         return self.write(write_all, "write")
@@ -534,7 +703,7 @@ class SqliteStorage(BaseStorage):
             before = self.connection.total_changes
             try:
                 with self.transaction("delete") as conn:
-                    conn.executemany(sql, batch)
+                    execute_rows(conn, sql, batch)
             except FreezeTooLong:
                 cuts = cuts + 1 if len(batch) == 1 else 0
                 if cuts >= ATTEMPTS:
@@ -660,21 +829,29 @@ class SqliteStorage(BaseStorage):
     def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
         """Group the keys in the gaps between the known prefix ranges by first segment."""
         groups: dict[str, PrefixStats] = {}
-        with self.errors("stats"):
-            for low, high in uncovered_ranges(known):
-                where, params = gap_clause(low, high)
-                rows = self.connection.execute(
-                    "SELECT CASE WHEN instr(key, ?) > 0 "
-                    "THEN substr(key, 1, instr(key, ?) + length(?) - 1) ELSE '' END AS grp, "
-                    "count(*), coalesce(sum(length(CAST(value AS BLOB))), 0) "
-                    f"FROM kv WHERE {where} GROUP BY grp",
-                    [sep, sep, sep, *params],
-                ).fetchall()
-                for group, count, size in rows:
-                    groups[group] = groups.get(group, PrefixStats()) + PrefixStats(
-                        int(count), int(size)
-                    )
+        for low, high in uncovered_ranges(known):
+            where, params = gap_clause(low, high)
+            if low is None:  # NULL keys sort first (cells.py): in the first gap
+                where = f"({where}) OR key IS NULL"
+            # A NULL key's group is NULL, a BLOB key's an empty BLOB (cells.py).
+            rows = self._rows(
+                "stats",
+                "SELECT CASE WHEN key IS NULL THEN NULL WHEN typeof(key) = 'blob' THEN x'' "
+                "WHEN instr(key, ?) > 0 "
+                "THEN substr(key, 1, instr(key, ?) + length(?) - 1) ELSE '' END AS grp, "
+                "count(*), coalesce(sum(length(CAST(value AS BLOB))), 0) "
+                f"FROM kv WHERE {where} GROUP BY grp",
+                [sep, sep, sep, *params],
+            )
+            for group, count, size in rows:
+                groups[group] = groups.get(group, PrefixStats()) + PrefixStats(
+                    int(count), int(size)
+                )
         return groups
+
+
+class _Again(Exception):
+    """A query to run again (with the lenient decoder)."""
 
 
 class _Opened(NamedTuple):
