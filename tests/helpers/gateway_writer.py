@@ -5,9 +5,13 @@
 Until STOPFILE exists it writes one key every ``--period`` seconds (default
 0.005) with an autocommitted ``INSERT OR REPLACE``, as the gateway does; with
 ``--hold`` each write is its own ``BEGIN IMMEDIATE`` transaction held that long
-(a gateway busy inside a write). A write that meets a lock fails at once, like
-the gateway's. Then it writes OUTFILE: ``{"ok", "fail", "errors", "written":
-{key: value}, "times": [wall time of each successful write], "worst_s"}``.
+(a gateway busy inside a write); with ``--read-first`` each write is a
+deferred transaction that reads, waits that long, then writes (the moment of
+an autocommitted write between taking its read snapshot and the write lock,
+widened: a commit of ours in between makes its write fail). A write that
+meets a lock fails at once, like the gateway's. Then it writes OUTFILE:
+``{"ok", "fail", "errors", "written": {key: value}, "times": [wall time of
+each successful write], "worst_s"}``.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ def running(
     *,
     period: float = 0.005,
     hold: float = 0.0,
+    read_first: float = 0.0,
     prefix: str = "sessions:gw-",
     python: str = sys.executable,
     user: int | None = None,
@@ -64,7 +69,7 @@ def running(
     stop, out = work / "writer.stop", work / "writer.json"
     stop.unlink(missing_ok=True)
     command = [python, str(SCRIPT), str(db), str(stop), str(out), "--period", str(period)]
-    command += ["--hold", str(hold), "--prefix", prefix]
+    command += ["--hold", str(hold), "--read-first", str(read_first), "--prefix", prefix]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, user=user)
     try:
         assert process.stdout is not None and process.stdout.readline() == b"ready\n"
@@ -89,6 +94,7 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--period", type=float, default=0.005)
     parser.add_argument("--hold", type=float, default=0.0)
+    parser.add_argument("--read-first", type=float, default=0.0)
     parser.add_argument("--prefix", default="sessions:gw-")
     args = parser.parse_args()
     conn = sqlite3.connect(args.db, timeout=0, isolation_level=None)
@@ -115,7 +121,13 @@ def main() -> None:
         value = json.dumps({"id": key, "createdAt": "2026-12-01T00:00:00.000Z", "n": count})
         began = time.perf_counter()
         try:
-            if args.hold:
+            if args.read_first:
+                conn.execute("BEGIN")
+                conn.execute("SELECT count(*) FROM kv WHERE key >= ?", (args.prefix,)).fetchone()
+                time.sleep(args.read_first)
+                conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
+                conn.execute("COMMIT")
+            elif args.hold:
                 conn.execute("BEGIN IMMEDIATE")
                 conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
                 time.sleep(args.hold)

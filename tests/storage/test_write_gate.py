@@ -147,6 +147,51 @@ def test_a_writer_inside_its_own_transactions_is_waited_for(db: Path, tmp_path: 
     store.close()
 
 
+def test_a_writer_between_its_snapshot_and_its_write_lock_is_let_run_first(
+    db: Path, tmp_path: Path
+) -> None:
+    """Stopped after taking its read snapshot, a writer would find our commit past it
+    and fail at once (SQLITE_BUSY_SNAPSHOT): the gate lets it take its lock first."""
+    store = SqliteStorage(db)
+    with gateway_writer.running(db, tmp_path, read_first=0.003, period=0.003):
+        time.sleep(0.1)
+        for n in range(20):
+            store.set(f"ours:{n}", "x")
+    report = gateway_writer.report(tmp_path)
+    assert report.fail == 0 and report.ok > 5, report.errors[:3]
+    assert store.gate.stats.busy_retries > 0  # it really was caught holding its snapshot
+    assert report.missing_from(dict(store.scan())) == {}
+    assert store.list("ours:") == sorted(f"ours:{n}" for n in range(20))
+    store.close()
+
+
+def test_a_readers_long_snapshot_does_not_hold_the_gate_up(db: Path, tmp_path: Path) -> None:
+    """A live process reading for a long time (a backup, a search) never writes from
+    that snapshot: after READ_GRACE the gate writes anyway."""
+    store = SqliteStorage(db)
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+            "c.execute('BEGIN'); c.execute('SELECT count(*) FROM kv').fetchone()\n"
+            "print('ready', flush=True); time.sleep(30)\n",
+            str(db),
+        ],
+        stdout=subprocess.PIPE,
+    )
+    try:
+        assert reader.stdout is not None and reader.stdout.readline() == b"ready\n"
+        store.set("ours:1", "x")
+        assert store.gate.stats.freezes >= 1 and store.gate.stats.busy_retries > 0
+        assert store.get("ours:1") == "x"
+    finally:
+        reader.kill()
+        reader.wait()
+    store.close()
+
+
 def test_a_process_someone_else_stopped_is_left_stopped(db: Path, tmp_path: Path) -> None:
     """Never SIGCONT what we did not stop (Ctrl-Z, a debugger)."""
     store = SqliteStorage(db)

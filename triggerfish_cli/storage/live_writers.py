@@ -25,6 +25,10 @@ from typing import Any
 #: switch" every connection holds a shared lock on while it has the file open.
 SHM_WRITE_LOCK = 120
 SHM_DMS_LOCK = 128
+#: SQLite's WAL read-mark locks (WAL_READ_LOCK(0..4)): a connection holds one of
+#: them, shared, for as long as it has a read snapshot (a read transaction, or
+#: an autocommitted write between taking its snapshot and the write lock).
+SHM_READ_LOCKS = range(123, 128)
 STOPPED = frozenset("Tt")
 GONE = frozenset("ZX")
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux (x86_64, aarch64)
@@ -207,6 +211,39 @@ def lock_holders(targets: Sequence[str]) -> set[int] | None:
         if key in inodes and pid > 0:
             holders.add(pid)
     return holders
+
+
+def shm_readers(db: Path) -> set[int] | None:
+    """Pids holding one of SQLite's read-mark locks of the store's -shm (a read snapshot).
+
+    From ``/proc/locks`` (every holder of a shared lock, which a lock query
+    cannot list); None when this system cannot tell (no -shm, no /proc/locks).
+    """
+    shm = store_files(db)[2]
+    try:
+        info = os.stat(shm)
+        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
+            lines = handle.read().splitlines()
+    except OSError:
+        return None
+    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    first, last = SHM_READ_LOCKS[0], SHM_READ_LOCKS[-1]
+    readers: set[int] = set()
+    for line in lines:
+        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 123 123" ("->" marks a waiter)
+        if "->" in line:
+            continue
+        words = line.split()
+        if len(words) < 8 or words[1] != "POSIX" or words[5] != inode:
+            continue
+        try:
+            pid, start = int(words[4]), int(words[6])
+            end = last if words[7] == "EOF" else int(words[7])
+        except ValueError:
+            continue
+        if start <= last and end >= first and pid > 0:
+            readers.add(pid)
+    return readers
 
 
 class LsofTable(ProcessTable):

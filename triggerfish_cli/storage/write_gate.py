@@ -70,6 +70,7 @@ from triggerfish_cli.storage.live_writers import (
     live_writers,
     process_table,
     shm_lock_holder,
+    shm_readers,
     store_files,
     writer_of,
 )
@@ -155,6 +156,14 @@ class FreezeTooLong(BusyError):
 #: Seconds between two looks at the write lock while a live writer is inside its own
 #: transaction (plus a random jitter of up to as much again).
 POLL = 0.0005
+
+#: How long a stopped writer holding a read snapshot is waited for (thawed, polled)
+#: before we write anyway. An autocommitted write takes its snapshot, then the
+#: write lock, microseconds apart: a writer stopped in between would find our
+#: commit past its snapshot and fail at once (SQLITE_BUSY_SNAPSHOT, no busy
+#: timeout), so it is let run on first. A snapshot held longer is a reader's
+#: (a backup, a search): it never writes from it, and is not waited for.
+READ_GRACE = 0.05
 
 #: How often a transaction cut short is tried again before giving up: a cut is
 #: usually a hiccup (our process descheduled on a loaded machine), not its size.
@@ -324,6 +333,7 @@ class WriteGate:
         self._known: set[int] = set()
         self._resumed_at = 0.0
         self._last_freeze = 0.0
+        self._reading_since: float | None = None  # a stopped writer seen mid-write since
         #: The last try was given up because a writer was inside its own transaction.
         self._busy = False
         #: fsync the WAL after each commit (off for idempotent bulk jobs: a sweep).
@@ -385,6 +395,7 @@ class WriteGate:
         """``BEGIN IMMEDIATE`` ... ``COMMIT`` with every live writer stopped meanwhile."""
         self.stats.transactions += 1
         self._busy = False
+        self._reading_since = None
         self.prepare(conn)
         writers = self.writers()
         exposed = self.mode == "ignore" and bool(writers)
@@ -491,6 +502,11 @@ class WriteGate:
             if late and not self._stop(freeze, late):
                 self._abandon(freeze)
                 return None
+            if self._mid_write(freeze):
+                self.stats.busy_retries += 1
+                self._busy = True
+                self._abandon(freeze)  # thawed: it takes its write lock, or ends its read
+                return None
             conn.execute("PRAGMA busy_timeout=0")
             try:
                 conn.execute("BEGIN IMMEDIATE")
@@ -507,6 +523,21 @@ class WriteGate:
             self._abandon(freeze)
             raise
         return freeze
+
+    def _mid_write(self, freeze: _Freeze) -> bool:
+        """A stopped writer holds a read snapshot, and has not yet for ``READ_GRACE``."""
+        stopped = {writer.pid for writer in freeze.stopped}
+        readers = shm_readers(self.db) if stopped else None
+        if not readers or not readers & stopped:
+            self._reading_since = None
+            return False
+        now = time.monotonic()
+        if self._reading_since is None:
+            self._reading_since = now
+        if now - self._reading_since < READ_GRACE:
+            return True
+        self._reading_since = None  # a reader's long snapshot: it will not write from it
+        return False
 
     def _stop(self, freeze: _Freeze, writers: Sequence[LiveWriter]) -> bool:
         """SIGSTOP ``writers`` (registered with the watchdog first); wait for every thread."""
