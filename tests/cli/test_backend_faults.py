@@ -93,7 +93,8 @@ def test_connection_dropped_mid_sweep_is_exit_7_and_a_rerun_finishes(
     calls: list[int] = []
 
     def dropped_before_the_third_batch(self: PostgresStorage, items: Any, **kwargs: Any) -> int:
-        calls.append(1)
+        items = list(items)
+        calls.append(len(items))
         if len(calls) == 3:
             with postgres.connect() as admin:
                 admin.execute("SELECT pg_terminate_backend(%s)", (self.backend_pid(),))
@@ -111,12 +112,15 @@ def test_connection_dropped_mid_sweep_is_exit_7_and_a_rerun_finishes(
     # Whole batches were deleted, the rest is exactly as it was.
     assert set(left) <= set(rows) and left == {k: rows[k] for k in left}
     gone = sorted(set(rows) - set(left))
-    assert len(gone) == 100 and gone == sorted(rows)[: len(gone)]
+    # The batch sizes adapt to the lock time (a loaded machine makes them smaller):
+    # exactly the first two batches are gone, whatever their sizes.
+    assert len(calls) == 3 and 0 < len(gone) == sum(calls[:2]) < 300
+    assert gone == sorted(rows)[: len(gone)]
 
     monkeypatch.setattr(PostgresStorage, "delete_if_unchanged", real)
     finished = cli(*store.args, "retention", "sweep", "--yes", "--as-of", AS_OF, "-f", "json")
     assert finished.exit_code == 0, finished.stderr
-    assert finished.json()["deleted"] == 200  # type: ignore[index]
+    assert finished.json()["deleted"] == 300 - len(gone)  # type: ignore[index]
     assert {k: v for k, v in store.contents().items() if not k.startswith("audit:")} == {
         "keep:me": "1"
     }
