@@ -6,6 +6,7 @@ Everything here takes a :class:`StorageProvider` and returns plain data; the
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -367,6 +368,19 @@ def clear_store(provider: StorageProvider) -> int:
 
 
 # -- export / import -----------------------------------------------------------
+
+
+def flat_memory(provider: StorageProvider) -> contextlib.AbstractContextManager[None]:
+    """For a listing of every value (kv list, kv export): a resident set that stays flat.
+
+    SQLite reads through its page cache instead of its memory map meanwhile
+    (:meth:`SqliteStorage.unmapped`); other backends hold no map.
+    """
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    if isinstance(provider, SqliteStorage):
+        return provider.unmapped()
+    return contextlib.nullcontext()
 
 
 def export_lines(

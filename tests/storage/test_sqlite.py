@@ -227,3 +227,20 @@ def test_any_keys_probes_use_the_index_range(tmp_path: Path) -> None:
     plan = store.connection.execute("EXPLAIN QUERY PLAN " + probe).fetchall()
     assert any("key>? AND key<?" in row[-1] for row in plan), plan
     store.close()
+
+
+def test_a_listing_of_every_value_reads_unmapped_and_maps_again_after(tmp_path: Path) -> None:
+    """kv list/export read through the page cache (a flat resident set), then the map is back."""
+    from triggerfish_cli import kv
+    from triggerfish_cli.storage.sqlite import MMAP_SIZE
+
+    db = tmp_path / "s.db"
+    write_gateway_store(db, {"a": '"1"', "b": '"2"'})
+    store = SqliteStorage(db)
+    mapped = store.connection.execute("PRAGMA mmap_size").fetchone()[0]
+    assert mapped == MMAP_SIZE
+    with kv.flat_memory(store):
+        assert store.connection.execute("PRAGMA mmap_size").fetchone()[0] == 0
+        assert list(store.scan()) == [("a", '"1"'), ("b", '"2"')]
+    assert store.connection.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_SIZE
+    store.close()

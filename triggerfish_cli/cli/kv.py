@@ -186,7 +186,8 @@ def list_cmd(
             Column("bytes", "bytes", "right"),
             Column("namespace", "namespace", wide=True),
         ]
-        out.rows(rows, columns, empty="no keys")
+        with kv.flat_memory(provider):
+            out.rows(rows, columns, empty="no keys")
     reads.audit(provider, "kv list", prefix or "")
 
 
@@ -455,9 +456,13 @@ def export_cmd(
         out.rows(rows, [Column("key", "key"), Column("value", "value")])
 
     if output is None:
-        write(sys.stdout)
+        with kv.flat_memory(provider):
+            write(sys.stdout)
     else:
-        with atomic_writer(output, mode=EXPORT_MODE, keep_mode=False) as handle:
+        with (
+            kv.flat_memory(provider),
+            atomic_writer(output, mode=EXPORT_MODE, keep_mode=False) as handle,
+        ):
             write(handle)
     st.output(None).warn_all(notes)
     reads.audit(provider, "kv export", prefix or "")

@@ -774,6 +774,25 @@ class SqliteStorage(BaseStorage):
         return file_lock(self.lock_path(name), wait, what=f"{name} on {self.describe()}")
 
     @contextmanager
+    def unmapped(self) -> Iterator[None]:
+        """Reads through SQLite's page cache instead of the memory map, for the block.
+
+        A listing of every value in key order touches nearly every page of
+        the file; read through the map, each page touched stays in our
+        resident set (a 700 MiB store: ~650 MB of RSS, though it is page
+        cache the kernel can take back). Through the small page cache the
+        resident set stays flat (about 80 MB), at about twice the time.
+        """
+        conn = self.connection
+        with self.errors("read"):
+            conn.execute("PRAGMA mmap_size=0")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
+
+    @contextmanager
     def bulk_writes(self) -> Iterator[None]:
         """No fsync after each commit during a long idempotent batched job (a sweep).
 
