@@ -169,11 +169,12 @@ def _logical(
     include = options["include"]
     if include:
         named["include"] = list(include)
-    if dry_run and store.exists is False:  # nothing made by a dry run
+
+    def show_dry_run(target_name: str, mode: str, into: Any) -> None:
         document = {
             **named,
-            "target": store.source,
-            "mode": "empty",
+            "target": target_name,
+            "mode": mode,
             "written": 0,
             "deleted": 0,
             "created": manifest.created,
@@ -182,8 +183,11 @@ def _logical(
             "dry_run": True,
         }
         if include:
-            document.update(_included(dest, name, None, "empty", options))
+            document.update(_included(dest, name, into, mode, options))
         show_restore(out, document)
+
+    if dry_run and store.exists is False:  # nothing made by a dry run
+        show_dry_run(store.source, "empty", None)
         return
     if target is not None:
         from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -201,20 +205,7 @@ def _logical(
         include=include,
     )
     if dry_run:
-        document = {
-            **named,
-            "target": provider.describe(),
-            "mode": mode,
-            "written": 0,
-            "deleted": 0,
-            "created": manifest.created,
-            "keys": manifest.keys,
-            "checks": [],
-            "dry_run": True,
-        }
-        if include:
-            document.update(_included(dest, name, provider, mode, options))
-        show_restore(out, document)
+        show_dry_run(provider.describe(), mode, provider)
         return
     if mode != "empty":
         what = "replace every key of" if mode == "replace" else "merge the backup into"
