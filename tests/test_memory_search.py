@@ -343,3 +343,70 @@ def test_an_index_row_that_names_another_record_is_not_trusted(tmp_path: Path) -
     assert conn.execute("SELECT count(*) FROM memory_fts WHERE key = 'k'").fetchone() == (0,)
     provider.close()
     conn.close()
+
+
+def _reference_order(path: Path, text: str, agent: str | None) -> list[str]:
+    """Every match's storage key in the documented order: each row's own score from
+    which of key, content and tags it matches (bm25 of one column, < 0) and their
+    lengths in tokens, then storage key, then rowid (the slow way: all in Python)."""
+    from triggerfish_cli.memory_fts import COLUMN_WEIGHTS
+    from triggerfish_cli.memory_index import column_sizes, rank_score
+
+    conn = sqlite3.connect(path)
+    flags = ", ".join(f"bm25(memory_fts, {w}) < 0" for w in COLUMN_WEIGHTS)
+    rows = conn.execute(
+        f"SELECT rowid, agent_id, classification, key, {flags}, "
+        "(SELECT sz FROM memory_fts_docsize WHERE id = memory_fts.rowid) "
+        "FROM memory_fts WHERE memory_fts MATCH ?",
+        (fts_query(text, False),),
+    ).fetchall()
+    conn.close()
+    ordered = sorted(
+        (-rank_score((k, c, t), column_sizes(sz, (2, 3, 4))), f"memory:{a}:{lv}:{key}", rowid)
+        for rowid, a, lv, key, k, c, t, sz in rows
+        if agent is None or a == agent
+    )
+    return [skey for _, skey, _ in ordered]
+
+
+@pytest.mark.parametrize("window", [1024, 3])
+def test_the_order_is_every_rows_own_score_then_storage_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, window: int
+) -> None:
+    """Many runs of equal scores (the same lengths), words in key and tags as well as
+    in content, two agents: the SQL ranking gives exactly the documented order, also
+    when the window SQLite keeps cuts a run of equal scores (window 3: every run is
+    cut, so each later window must skip exactly what was given), rows that match
+    in their key or tags alone, and raw queries
+    (bm25 for all three columns) agree with plain ones."""
+    from triggerfish_cli import memory_fts
+
+    monkeypatch.setattr(memory_fts, "WINDOW", window)
+    rows: dict[str, str] = {}
+    indexed = []
+    for n in range(60):
+        agent = MAIN if n % 3 else CRON
+        key = f"otter-{n}" if n % 7 == 0 else f"k{n:02d}"
+        # Some hold "otter" only in their key (n % 14 == 0) or only in their tags (n % 22).
+        alone = n % 14 == 0 or n % 22 == 0
+        text = " ".join(
+            ["otter"] * (not alone) + ["word"] * (n % 4 + alone) + ["river"] * (n % 5 == 0)
+        )
+        tags = ["otter"] if n % 11 == 0 else ["misc"]
+        rows[mkey(agent, "PUBLIC", key)] = memory_record(key, "PUBLIC", text, agent=agent, tags=tags)
+        indexed.append((agent, "PUBLIC", key))
+    path = write_gateway_store(tmp_path / "ties.db", rows, tuple(indexed))
+    provider = SqliteStorage(path)
+    for text in ("otter", "otter word", "river otter"):
+        for agent in (MAIN, None):
+            expected = _reference_order(path, text, agent)
+            assert len(expected) > 7
+            result = find(provider, text, RES, agent=agent, limit=len(expected) + 5)
+            assert [h.record.storage_key for h in result.hits] == expected
+            first = find(provider, text, PUB, agent=agent, limit=7)
+            assert [h.record.storage_key for h in first.hits] == expected[:7]
+            raw = " ".join(f'"{word}"' for word in text.split())
+            raw_hits = find(provider, f"{{key content tags}} : ({raw})", RES, agent=agent,
+                            limit=len(expected), raw=True)  # fmt: skip
+            assert [h.as_dict() for h in raw_hits.hits] == [h.as_dict() for h in result.hits]
+    provider.close()

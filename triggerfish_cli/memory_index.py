@@ -251,12 +251,17 @@ def fts_query(text: str, raw: bool) -> str:
         if not text.strip():
             raise UsageError("the query is empty")
         return text
+    return f"{SEARCHED_COLUMNS} : ({' '.join(query_phrases(text))})"
+
+
+def query_phrases(text: str) -> list[str]:
+    """The FTS5 strings of a plain query: one per word that holds a token."""
     words = [word for word in text.split() if has_tokens(word)]
     if not words:
         raise UsageError(
             f"nothing to search for in {text!r}", hint="give at least one word or number"
         )
-    return f"{SEARCHED_COLUMNS} : ({' '.join(fts_string(word) for word in words)})"
+    return [fts_string(word) for word in words]
 
 
 def level_match(match: str, taint: Level) -> str:
@@ -339,8 +344,9 @@ def split_snippet(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
 
 
 #: An index hit before it is checked: storage key, agent, level name, key, the
-#: kv value it was indexed from, score (higher is better), marked snippet.
-IndexRow = tuple[str, str, str, str, "str | None", float, "str | None"]
+#: kv value it was indexed from, score (higher is better), marked snippet (or a
+#: function that makes it, called only for the rows that become hits).
+IndexRow = tuple[str, str, str, str, "str | None", float, "str | Callable[[], str] | None"]
 
 
 def accept_rows(
@@ -389,7 +395,7 @@ def accept_rows(
         if skey in seen:
             continue  # a duplicate index row
         seen.add(skey)
-        snippet, spans = split_snippet(marked or "")
+        snippet, spans = split_snippet((marked() if callable(marked) else marked) or "")
         result.hits.append(Hit(record, score, snippet, spans))
 
 
