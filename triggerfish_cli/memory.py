@@ -153,7 +153,8 @@ def parse_record(
     Anything else is :class:`Malformed`, never an exception (a key or value
     that is not UTF-8 text, cells.py, too).
     """
-    if not (cells.is_plain(skey) and cells.is_plain(value)):
+    plain = cells.is_plain
+    if not ((skey.isascii() or plain(skey)) and (value.isascii() or plain(value))):
         return Malformed(
             skey, f"{'key' if not cells.is_plain(skey) else 'value'} is not UTF-8 text"
         )
@@ -174,7 +175,11 @@ def parse_record(
         return Malformed(skey, "content is not a string")
     if type(expired) is not bool:
         return Malformed(skey, "expired is not true or false")
-    if type(tags) is not list or any(type(tag) is not str for tag in tags):
+    if type(tags) is not list:
+        return Malformed(skey, "tags is not a list of strings")
+    try:
+        "".join(tags)  # every item a string (JSON gives no str subclass); in C, not a loop
+    except TypeError:
         return Malformed(skey, "tags is not a list of strings")
     if document.get("classification") != parts[2]:
         return Malformed(skey, f"classification is not {parts[2]}, the level in its key")
@@ -399,18 +404,31 @@ def _first_of_agent(
     levels = visible_levels(taint)
     listing = Listing()
     if len(levels) == 1:  # one range, one version per key: no merge, no shadowing
-        scan = provider.scan(storage_key(agent, levels[0], ""), batch_size=min(limit, 2000))
-        try:
-            for skey, value in scan:
-                item = parse_record(skey, value, loads)
+        prefix = storage_key(agent, levels[0], "")
+        records, malformed = listing.records, listing.malformed
+        # A first page of limit rows (all shown unless some are expired, malformed or
+        # without the tag) in one query; then the rest of the range, row by row.
+        rows = provider.head(prefix, limit)
+        if len(rows) == limit:
+            for item in [parse_record(skey, value, loads) for skey, value in rows]:
                 if isinstance(item, Malformed):
-                    listing.malformed.append(item)
+                    malformed.append(item)
                 elif not item.expired and (tag is None or tag in item.tags):
-                    listing.records.append(item)
-                    if len(listing.records) == limit:
-                        return listing
-        finally:
-            scan.close()  # type: ignore[attr-defined]
+                    records.append(item)
+            if len(records) == limit:
+                return listing
+            scan = provider.scan(prefix, start_after=rows[-1][0], batch_size=min(limit, 2000))
+            try:
+                for skey, value in scan:
+                    item = parse_record(skey, value, loads)
+                    if isinstance(item, Malformed):
+                        malformed.append(item)
+                    elif not item.expired and (tag is None or tag in item.tags):
+                        records.append(item)
+                        if len(records) == limit:
+                            return listing
+            finally:
+                scan.close()  # type: ignore[attr-defined]
         return None
     ranges = [level_range(level) for level in levels]
     merged = heapq.merge(*ranges, key=itemgetter(0))

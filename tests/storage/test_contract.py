@@ -165,6 +165,15 @@ def test_scan_pages_and_resumes(kv: Provider) -> None:
     assert list(kv.scan_keys(None, start_after="n:023")) == ["n:024", "o:1"]
 
 
+def test_head_is_the_first_rows_of_scan(kv: Provider) -> None:
+    fill(kv, TRICKY + [f"n:{i:03d}" for i in range(25)])
+    for prefix in ("n:", "a", "日", "%", "a_", "nothing", "n:00"):
+        expected = list(kv.scan(prefix))
+        for limit in (1, 3, 10, 1000):
+            assert kv.head(prefix, limit) == expected[:limit]
+    assert kv.head("n:", 0) == []
+
+
 def test_scan_many_reads_each_key_under_the_prefixes_once(kv: Provider) -> None:
     fill(kv, TRICKY)
     for prefixes in (["a", "日", "%"], ["sessions:", "memory:"], ["nothing"], [], ["a_", "a%"]):

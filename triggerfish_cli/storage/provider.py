@@ -18,6 +18,7 @@ Nothing here is SQL: the protocol must fit SQLite, Postgres, S3 and a dict.
 from __future__ import annotations
 
 import builtins
+import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -116,6 +117,10 @@ class StorageProvider(Protocol):
         snapshot: it reads batch after batch so it never holds a long read
         transaction on a live store. Keys deleted meanwhile may be missing.
         """
+        ...
+
+    def head(self, prefix: str, limit: int) -> builtins.list[tuple[str, str]]:
+        """The first ``limit`` rows of :meth:`scan` under ``prefix`` (a page, for listings)."""
         ...
 
     def scan_keys(
@@ -302,6 +307,13 @@ class BaseStorage(ABC):
         for key in self.list(prefix):
             if start_after is None or key > start_after:
                 yield key
+
+    def head(self, prefix: str, limit: int) -> builtins.list[tuple[str, str]]:
+        rows = self.scan(prefix, batch_size=max(1, min(limit, 2000)))
+        try:
+            return list(itertools.islice(rows, limit))
+        finally:
+            rows.close()  # type: ignore[attr-defined]
 
     def scan(
         self,

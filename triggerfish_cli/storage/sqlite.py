@@ -377,13 +377,15 @@ class SqliteStorage(BaseStorage):
 
     def _read(self, what: str, run: Callable[[sqlite3.Connection], T]) -> T:
         """``run(conn)``, tried again with the lenient decoder when a cell is not UTF-8."""
-        with self.errors(what):
+        try:  # not self.errors(): a generator context costs more than a short read
             try:
                 return run(self.connection)
             except sqlite3.OperationalError as exc:
                 if not self._lenient(exc):
                     raise
                 return run(self.connection)
+        except sqlite3.Error as exc:
+            raise translate_error(exc, f"{self.path}: {what}") from exc
 
     def _rows(self, what: str, sql: str, params: Sequence[Any] = ()) -> builtins.list[Any]:
         """All rows of a query on kv cells, each cell a str (cells.py)."""
@@ -551,6 +553,14 @@ class SqliteStorage(BaseStorage):
         batch_size: int = DEFAULT_BATCH,
     ) -> Iterator[tuple[str, str]]:
         yield from self._paged("key, value", prefix, start_after, batch_size)  # type: ignore[misc]
+
+    def head(self, prefix: str, limit: int) -> builtins.list[tuple[str, str]]:
+        """One query, no generator: a listing's page costs little more than its SQL."""
+        if not prefix or limit <= 0:
+            return super().head(prefix, limit)
+        where, params = range_clause(prefix)
+        sql = f"SELECT key, value FROM kv WHERE {where} ORDER BY key LIMIT ?"
+        return self._rows("scan", sql, [*params, limit])
 
     def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
         """Every key and value in key order from ONE read transaction (WAL: no writer waits)."""
