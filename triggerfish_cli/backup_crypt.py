@@ -40,6 +40,8 @@ IDENTITY_ENV = "TRIGGERFISH_BACKUP_IDENTITY_FILE"
 SSH_TYPES = ("ssh-ed25519", "ssh-rsa")
 #: Ciphertext blocks queued between the compressor and age (each up to a frame).
 QUEUE_DEPTH = 4
+#: Plaintext handed from age to the reading side in blocks of this size.
+DELIVER_SIZE = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -352,7 +354,8 @@ class Decryptor:
     ) -> None:
         import pyrage
 
-        self._queue: queue.Queue[Any] = queue.Queue(256)  # 64 KiB chunks: 16 MiB
+        self._queue: queue.Queue[Any] = queue.Queue(16)  # blocks of DELIVER_SIZE: 16 MiB
+        self._gathered = bytearray()
         self._pending: list[bytes] = []
         self._held = 0
         self._ended = False
@@ -361,21 +364,33 @@ class Decryptor:
         def run() -> None:
             try:
                 pyrage.decrypt_io(source, self, identities.keys)
+                self._hand_over()
                 self._deliver(_END)
             except _Cancelled:
                 pass
             except (pyrage.DecryptError, OSError) as exc:  # OSError: a chunk fails to open
+                self._hand_over()  # what was authenticated before the damage
                 self._deliver(decrypt_error(exc, name, identities, recipients))
             except BaseException as exc:
+                self._hand_over()
                 self._deliver(exc)
 
         self._thread = threading.Thread(target=run, name="backup-unage", daemon=True)
         self._thread.start()
 
-    # age's side
+    # age's side: it writes 8 KiB at a time; they are handed over in blocks, so the
+    # queue (and the GIL it takes) is met once per block, not once per 8 KiB.
     def write(self, data: bytes) -> int:
-        self._deliver(bytes(data))
+        self._gathered += data
+        if len(self._gathered) >= DELIVER_SIZE:
+            self._hand_over()
         return len(data)
+
+    def _hand_over(self) -> None:
+        if self._gathered:
+            block = bytes(self._gathered)
+            self._gathered.clear()
+            self._deliver(block)
 
     def flush(self) -> None:
         return None
