@@ -136,6 +136,15 @@ def _fetch_all(sql: str, params: Sequence[Any]) -> Callable[[sqlite3.Connection]
     return lambda conn: conn.execute(sql, params).fetchall()
 
 
+def _narrowed(match: str, request: SearchRequest) -> str:
+    """``match`` limited inside the full-text index to the visible levels and the agent
+    (by their tokens: necessary, not sufficient; the exact checks come after)."""
+    narrowed = level_match(match, request.taint)
+    if request.agent is not None and has_tokens(request.agent):
+        narrowed = f"({narrowed}) AND {{agent_id}} : {fts_string(request.agent)}"
+    return narrowed
+
+
 #: How many of the best matches SQLite keeps at first (then 8 times more, and so on).
 WINDOW = 1024
 
@@ -231,10 +240,7 @@ class Fts5Index:
         if not self.present:
             assert self.storage is not None
             return ScanIndex(self.storage).search(request)
-        match = fts_query(request.text, request.raw)
-        narrowed = level_match(match, request.taint)
-        if request.agent is not None and has_tokens(request.agent):
-            narrowed = f"({narrowed}) AND {{agent_id}} : {fts_string(request.agent)}"
+        narrowed = _narrowed(fts_query(request.text, request.raw), request)
         params: dict[str, Any] = {"match": narrowed}
         tagged = ""
         if request.tag is not None and has_tokens(request.tag):
@@ -273,7 +279,9 @@ class Fts5Index:
         if request.raw:
             return ", ".join(f"bm25(memory_fts, {weights}) < 0" for weights in COLUMN_WEIGHTS)
         words = " OR ".join(query_phrases(request.text))
-        params["in_key"], params["in_tags"] = f"{{key}} : ({words})", f"{{tags}} : ({words})"
+        for name, column in (("in_key", "key"), ("in_tags", "tags")):
+            # Narrowed as the search itself: the sets never hold a row above the taint.
+            params[name] = _narrowed(f"{{{column}}} : ({words})", request)
         in_key, in_tags = (
             f"memory_fts.rowid IN ({_ROWIDS_MATCHING} :{name})" for name in ("in_key", "in_tags")
         )
