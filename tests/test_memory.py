@@ -8,6 +8,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.helpers.memories import (
     CRON,
@@ -397,3 +399,62 @@ def test_purge_deletes_exactly_the_unchanged_planned_records(provider: BaseStora
     records = {r["action"]: r for r in audits(provider)}
     assert records["memory_purge"]["counts"] == {"planned": 3, "deleted": 2}
     assert records["memory_purge_plan"]["counts"] == {"results": 3}  # a read at RESTRICTED
+
+
+_json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text()
+_json = st.recursive(
+    _json_scalars,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    content=st.text() | _json,
+    tags=st.lists(st.text(max_size=4), max_size=3) | _json,
+    expired=st.booleans() | _json,
+    classification=st.sampled_from(["PUBLIC", "INTERNAL", "public"]) | _json,
+    extra=st.dictionaries(st.sampled_from(["createdAt", "updatedAt", "x", "content"]), _json),
+    drop=st.sets(st.sampled_from(["content", "tags", "expired", "classification"])),
+    big=st.booleans(),
+)
+def test_the_checking_parser_and_the_plain_one_agree(
+    content: object,
+    tags: object,
+    expired: object,
+    classification: object,
+    extra: dict[str, object],
+    drop: set[str],
+    big: bool,
+) -> None:
+    """parse_record checks the fields while msgspec parses (the fast path); without
+    msgspec (or where it refuses) it parses the whole object and checks each field.
+    Both give the same record, or the same reason, for any value: later keys win
+    (a repeated field), unknown fields and huge integers are kept in the document."""
+    from triggerfish_cli import memory as module
+
+    fields = {"content": content, "tags": tags, "expired": expired}
+    fields["classification"] = classification
+    document = {key: value for key, value in fields.items() if key not in drop}
+    text = json.dumps(document)
+    if extra:  # repeated keys: the last one wins, as in JSON.parse
+        text = text[:-1] + ("," if document else "") + json.dumps(extra)[1:]
+    if big:
+        text = text[:-1] + ("," if text != "{}" else "") + '"n":123456789012345678901234567890}'
+    key = "memory:a:PUBLIC:k"
+    fast = parse_record(key, text)
+    saved = list(module._fields)
+    module._fields[:] = [None, Exception, json.loads]
+    try:
+        plain = parse_record(key, text)
+    finally:
+        module._fields[:] = saved
+    assert type(fast) is type(plain)
+    if isinstance(fast, Malformed):
+        assert fast == plain
+    else:
+        assert isinstance(plain, MemoryRecord)
+        assert fast == plain and fast.as_dict() == plain.as_dict()
+        assert fast.document == plain.document == json.loads(text)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import json
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -101,8 +102,17 @@ class MemoryRecord:
     expired: bool
     created_at: Any
     updated_at: Any
-    document: dict[str, Any] = field(repr=False, compare=False)
     value: str = field(repr=False)
+
+    @functools.cached_property
+    def document(self) -> dict[str, Any]:
+        """The whole record as a JSON object (parsed when first asked for)."""
+        # Exact (msgspec, else json): orjson reads an integer beyond 64 bits as a
+        # float, and a rewrite of the record (memory delete) would keep the float.
+        decode = _fields[2] if _fields and _fields[0] is not None else json.loads
+        document = decode(self.value)
+        assert isinstance(document, dict)
+        return document
 
     @property
     def storage_key(self) -> str:
@@ -164,6 +174,27 @@ def parse_record(
     level = LEVELS_BY_NAME.get(parts[2]) if len(parts) == 4 else None
     if level is None or parts[0] != "memory" or not parts[1]:
         return Malformed(skey, "key is not memory:<agent>:<LEVEL>:<key>")
+    decoder = _fields[0] if _fields else _load_fields()
+    if decoder is not None:
+        try:
+            fields = decoder.decode(value)
+        except _fields[1]:
+            pass  # not well-formed: the checks below say why
+        else:
+            if fields.classification == parts[2]:
+                record = _new_record(MemoryRecord)
+                _set_dict(record, "__dict__", {
+                    "agent": parts[1],
+                    "level": level,
+                    "key": parts[3],
+                    "content": fields.content,
+                    "tags": tuple(fields.tags),
+                    "expired": fields.expired,
+                    "created_at": fields.createdAt,
+                    "updated_at": fields.updatedAt,
+                    "value": value,
+                })
+                return record
     try:
         document = (loads or fast_loads())(value)
     except (ValueError, TypeError):
@@ -193,7 +224,6 @@ def parse_record(
         "expired": expired,
         "created_at": document.get("createdAt"),
         "updated_at": document.get("updatedAt"),
-        "document": document,
         "value": value,
     })
     return record
@@ -201,6 +231,32 @@ def parse_record(
 
 _new_record = object.__new__
 _set_dict = object.__setattr__
+
+
+#: (decoder, its error, an exact JSON parser) once loaded: see :func:`_load_fields`.
+_fields: list[Any] = []
+
+
+def _load_fields() -> Any:
+    """A decoder of the fields a well-formed record must have, checked as it parses
+    (msgspec, in C; the other fields are skipped), or None without msgspec. Made
+    on first use: a command that parses no record never imports msgspec."""
+    try:
+        import msgspec
+    except ImportError:
+        _fields[:] = [None, Exception, json.loads]
+        return None
+
+    class Fields(msgspec.Struct, gc=False):
+        content: str
+        tags: list[str]
+        expired: bool
+        classification: str
+        createdAt: Any = None
+        updatedAt: Any = None
+
+    _fields[:] = [msgspec.json.Decoder(Fields), msgspec.DecodeError, msgspec.json.decode]
+    return _fields[0]
 
 
 def disagreement(skey: str, value: str) -> str | None:
