@@ -463,29 +463,30 @@ def _first_of_agent(
         prefix = storage_key(agent, levels[0], "")
         records, malformed = listing.records, listing.malformed
         # A first page of limit rows (all shown unless some are expired, malformed or
-        # without the tag) in one query; then the rest of the range, row by row.
-        rows = provider.head(prefix, limit)
-        if len(rows) == limit:
-            for item in [parse_record(skey, value, loads) for skey, value in rows]:
+        # without the tag) in one query; then the rest of the range, if needed.
+
+        def fill(rows: Iterable[tuple[str, str]]) -> bool:
+            """Add the shown ones of ``rows``; whether the limit is reached."""
+            for skey, value in rows:
+                item = parse_record(skey, value, loads)
                 if isinstance(item, Malformed):
                     malformed.append(item)
                 elif not item.expired and (tag is None or tag in item.tags):
                     records.append(item)
-            if len(records) == limit:
-                return listing
-            scan = provider.scan(prefix, start_after=rows[-1][0], batch_size=min(limit, 2000))
-            try:
-                for skey, value in scan:
-                    item = parse_record(skey, value, loads)
-                    if isinstance(item, Malformed):
-                        malformed.append(item)
-                    elif not item.expired and (tag is None or tag in item.tags):
-                        records.append(item)
-                        if len(records) == limit:
-                            return listing
-            finally:
-                scan.close()  # type: ignore[attr-defined]
-        return None
+                    if len(records) == limit:
+                        return True
+            return False
+
+        page = provider.head(prefix, limit)
+        if len(page) < limit:
+            return None  # the range runs out before the limit
+        if fill(page):
+            return listing
+        rest = provider.scan(prefix, start_after=page[-1][0], batch_size=min(limit, 2000))
+        try:  # some of the page are not shown: read on
+            return listing if fill(rest) else None
+        finally:
+            rest.close()  # type: ignore[attr-defined]
     ranges = [level_range(level) for level in levels]
     merged = heapq.merge(*ranges, key=itemgetter(0))
     current: str | None = None
