@@ -388,6 +388,7 @@ def test_counts_of_a_store_with_odd_memory_keys(tmp_path: Path) -> None:
 
 
 SEGMENTS = ["memory", "a", "ab", "a-b", "", "PUBLIC", "INTERNAL", "RESTRICTED", "SECRET", ";", "x"]
+SEGMENTS += ["é"]  # not ASCII
 
 
 @settings(max_examples=150, deadline=None)

@@ -103,30 +103,31 @@ def count_rows(conn: sqlite3.Connection) -> Counts:
 def memory_levels(conn: sqlite3.Connection) -> dict[str, int]:
     """Memory records per level: ``memory:<agent>:<LEVEL>:<key>`` (``memory.split_key``).
 
-    One range count per agent and level, the agents found by skipping from
-    one to the next in the key index: a few queries, however many memories.
+    One pass over the memory keys in the key index, read as bytes (one may
+    not be UTF-8, cells.py): cheap however many agents there are (every
+    cron or webhook run is an agent of its own, so a store may hold as many
+    agents as memories).
     """
     levels: Counter[str] = Counter()
+    names = {level.encode(): level for level in LEVELS_BY_NAME}
+    plain: dict[bytes, bool] = {}
     end = MEMORY_PREFIX[:-1] + chr(ord(MEMORY_PREFIX[-1]) + 1)
-    after = MEMORY_PREFIX.encode()
-    while True:  # keys as bytes: one may not be UTF-8 (cells.py)
-        row = conn.execute(
-            "SELECT CAST(key AS BLOB) FROM kv WHERE key > CAST(? AS TEXT) AND key < ? "
-            "ORDER BY key LIMIT 1",
-            (after, end),
-        ).fetchone()
-        if row is None:
-            break
-        key = bytes(row[0])
-        agent, colon, _ = key[len(MEMORY_PREFIX) :].partition(b":")
-        base = MEMORY_PREFIX.encode() + agent + b":"
-        if agent and colon and _utf8(agent):  # an agent not UTF-8: no memory (memory_level)
-            for level in LEVELS_BY_NAME:
-                where, params = range_clause(f"{base.decode()}{level}:")
-                query = f"SELECT count(*) FROM kv WHERE {where}"
-                levels[level] += int(conn.execute(query, params).fetchone()[0])
-        # past every key of this agent (';' follows ':'), or past this odd key
-        after = base[:-1] + b";" if colon else key
+    skip = len(MEMORY_PREFIX)
+    # TEXT keys only, as the range counts of count_rows (a BLOB sorts after every TEXT)
+    rows = conn.execute(
+        "SELECT CAST(key AS BLOB) FROM kv WHERE key >= ? AND key < ?", (MEMORY_PREFIX, end)
+    )
+    for (raw,) in rows:
+        agent, colon, rest = bytes(raw)[skip:].partition(b":")
+        level, tail, _ = rest.partition(b":")
+        name = names.get(level)
+        if name is None or not (agent and colon and tail):
+            continue
+        known = plain.get(agent)
+        if known is None:  # an agent not UTF-8: no memory (memory_level)
+            known = plain[agent] = _utf8(agent)
+        if known:
+            levels[name] += 1
     return {level: count for level, count in levels.items() if count}
 
 
