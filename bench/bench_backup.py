@@ -5,8 +5,9 @@ limit run interleaved in random rounds (common.interleaved: each run of
 ours sits beside a run of its limit), medians and the per-round spread:
 
 - ``cp`` of the database file followed by an fsync of the copy (a durable
-  archive has to reach the disk): ``backup create -c none`` (the online
-  backup API in one step, then the archive), target >= 0.5x its throughput;
+  archive has to reach the disk): ``backup create -c none`` (the pages of
+  the snapshot read from the store's files into the archive), target >= 0.5x
+  its throughput;
 - the compression alone: the same zstd frames of the same file from the
   page cache, as a process, with no snapshot (what a zstd create could at
   best cost on these cores): ``backup create`` (zstd level 1, threads),

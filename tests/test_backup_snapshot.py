@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -9,6 +10,7 @@ import shutil
 import sqlite3
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import CliFn
+from tests.helpers import wal_writer
 from triggerfish_cli import backup_snapshot
 from triggerfish_cli.backup_archive import (
     HashingWriter,
@@ -29,9 +32,10 @@ from triggerfish_cli.backup_archive import (
     decompress_chunks,
     read_manifest,
 )
-from triggerfish_cli.backup_create import KeyCounter, count_rows, memory_level
+from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows, memory_level
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError, VerificationError
 from triggerfish_cli.memory import split_key
+from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
 
@@ -49,23 +53,40 @@ def gateway_open(gateway_db: Path) -> Iterator[Path]:
         holder.close()
 
 
-def _grow(db: Path, count: int, *, checkpoint: bool, tag: str = "grow") -> None:
-    """Rows committed by another connection; left in the WAL unless ``checkpoint``."""
-    conn = sqlite3.connect(db, isolation_level=None)
-    conn.execute("PRAGMA wal_autocheckpoint=0")
+def _grow(
+    db: Path,
+    count: int,
+    *,
+    checkpoint: bool,
+    tag: str = "grow",
+    conn: sqlite3.Connection | None = None,
+) -> None:
+    """Rows committed by another connection, 500 a commit; left in the WAL unless
+    ``checkpoint`` (a TRUNCATE checkpoint: an empty WAL)."""
+    writer = conn or sqlite3.connect(db, isolation_level=None)
+    writer.execute("PRAGMA wal_autocheckpoint=0")
     for start in range(0, count, 500):
-        conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO kv VALUES (?, ?)",
+        writer.execute("BEGIN")
+        writer.executemany(
+            "INSERT OR REPLACE INTO kv VALUES (?, ?)",
             (
                 (f"conv:{tag}:{i:08d}", json.dumps({"n": i, "pad": "y" * 300}))
                 for i in range(start, min(count, start + 500))
             ),
         )
-        conn.execute("COMMIT")
+        writer.execute("COMMIT")
     if checkpoint:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    conn.close()
+        writer.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    if conn is None:
+        writer.close()
+
+
+def _writer(db: Path) -> sqlite3.Connection:
+    """A connection writing as the gateway does: no busy timeout; no auto-checkpoint,
+    so its frames stay in the WAL."""
+    conn = sqlite3.connect(db, timeout=0, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    return conn
 
 
 def _new_threads(before: set[threading.Thread]) -> list[threading.Thread]:
@@ -97,79 +118,473 @@ def _reference_copy(db: Path, target: Path) -> bytes:
     return target.read_bytes()
 
 
-@pytest.mark.parametrize("in_wal", [False, True], ids=["checkpointed", "page-1-in-the-wal"])
-def test_the_streamed_bytes_are_the_finished_copy(
-    gateway_open: Path, tmp_path: Path, in_wal: bool
+#: Page 1 header fields a backup-API copy sets for itself: change counter, page
+#: count, schema cookie, version-valid-for and SQLite version number.
+COPY_OWN_FIELDS = ((24, 32), (40, 44), (92, 100))
+
+
+def _without_copy_fields(image: bytes) -> bytes:
+    page = bytearray(image[:100])
+    for start, end in COPY_OWN_FIELDS:
+        page[start:end] = bytes(end - start)
+    return bytes(page) + image[100:]
+
+
+def _rows(db: Path) -> dict[str, str]:
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return dict(conn.execute("SELECT key, value FROM kv"))
+    finally:
+        conn.close()
+
+
+def _restored(image: bytes, path: Path) -> tuple[dict[str, str], Counts]:
+    """The image as a store file: integrity checked; its rows and its counts."""
+    path.write_bytes(image)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        rows = dict(conn.execute("SELECT key, value FROM kv"))
+        return rows, count_rows(conn)
+    finally:
+        conn.close()
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _backfill_state(db: Path) -> tuple[int, int, bytes]:
+    """(nBackfill, mxFrame, salts) of the wal-index now."""
+    # a kept descriptor: closing one would drop the locks of this process's connections
+    shm = kept_files.kept(os.path.realpath(f"{db}-shm"))
+    index, backfilled = backup_snapshot._read_index_and_backfill(shm)
+    assert index is not None
+    return backfilled, index.max_frame, index.salt
+
+
+@pytest.mark.parametrize(
+    ("state", "page_size"),
+    [
+        ("frames-in-the-wal", 4096),
+        ("frames-in-the-wal", 1024),
+        ("frames-in-the-wal", 65536),
+        ("rewritten-pages", 4096),
+        ("backfilled", 4096),
+        ("checkpointed-empty", 4096),
+    ],
+)
+def test_the_direct_image_is_the_snapshot_page_for_page(
+    tmp_path: Path, state: str, page_size: int
 ) -> None:
+    """Pages read straight from the store's files: the backup API's copy of the same
+    snapshot, page for page (page 1 keeps the store's own header), and a store."""
     before = set(threading.enumerate())
-    gateway_db = gateway_open
-    _grow(gateway_db, 3000, checkpoint=not in_wal)
-    page_size = 4096
-    wal_page = backup_snapshot._wal_first_page(Path(f"{gateway_db}-wal"), page_size)
-    assert (wal_page is not None) == in_wal  # the case under test is really there
-    calls: list[int] = []
-
-    def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
-        calls.append(threading.get_ident())
-        return _collect(chunks)
-
-    streamed, snapshot = _stream(gateway_db, tmp_path / "copy.db", consume)
-    copy = (tmp_path / "copy.db").read_bytes()
-    assert snapshot.streamed and len(calls) == 1
-    assert calls[0] != threading.get_ident()  # it ran beside the copy, on a thread
-    assert streamed == copy
-    assert snapshot.page_count * snapshot.page_size == len(copy)
-    # byte for byte what the backup API gives when nothing is streamed
-    assert copy == _reference_copy(gateway_db, tmp_path / "reference.db")
+    db = tmp_path / "store.db"
+    setup = sqlite3.connect(db, isolation_level=None)
+    setup.execute(f"PRAGMA page_size={page_size}")
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    setup.close()
+    writer = _writer(db)  # stays open: the WAL stays, as with a running gateway
+    try:
+        _grow(db, 3000, checkpoint=True, tag="old", conn=writer)  # in the database file
+        _grow(db, 2000, checkpoint=False, tag="new", conn=writer)  # in the WAL
+        if state == "rewritten-pages":  # the same pages in several frames
+            for round in range(4):
+                writer.execute(
+                    "UPDATE kv SET value = ? WHERE key LIKE 'conv:new:%' AND key < ?",
+                    (json.dumps({"round": round}), f"conv:new:{round * 400:08d}"),
+                )
+        if state == "backfilled":
+            writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        if state == "checkpointed-empty":
+            writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        backfilled, frames, _ = _backfill_state(db)
+        expected = {
+            "frames-in-the-wal": backfilled < frames,
+            "rewritten-pages": backfilled < frames,
+            "backfilled": 0 < backfilled == frames,
+            "checkpointed-empty": backfilled == frames == 0,
+        }[state]
+        assert expected, (backfilled, frames)  # the case under test is really there
+        image, snapshot = _stream(db, tmp_path / "scratch.db", _collect, inspect=count_rows)
+        reference = _reference_copy(db, tmp_path / "reference.db")
+        rows = _rows(db)
+    finally:
+        writer.close()
+    assert snapshot.method == "direct" and snapshot.streamed
+    assert (snapshot.wal_pages > 0) == (state in ("frames-in-the-wal", "rewritten-pages"))
+    assert snapshot.page_size == page_size and len(image) == snapshot.page_count * page_size
+    assert image.startswith(b"SQLite format 3\x00")
+    assert _without_copy_fields(image) == _without_copy_fields(reference)
+    restored, counts = _restored(image, tmp_path / "restored.db")
+    assert restored == rows and len(rows) == 5000
+    assert counts == snapshot.inspected
     assert not _new_threads(before)
 
 
-def test_mapped_chunks_stay_valid_while_held_and_the_copy_can_go(
-    gateway_open: Path, tmp_path: Path
+def test_the_image_is_the_snapshot_while_the_store_changes_under_it(tmp_path: Path) -> None:
+    """Between two chunks of the read, another connection (no busy timeout) writes,
+    checkpoints and tries to restart the WAL: none of its writes fail, and the image
+    (and the counts, read meanwhile) are the store as it was when the read began."""
+    db = tmp_path / "store.db"
+    setup = sqlite3.connect(db, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    setup.close()
+    writer = _writer(db)
+    outcomes: list[tuple[int, int]] = []
+    try:
+        _grow(db, 2000, checkpoint=True, tag="old", conn=writer)
+        _grow(db, 1500, checkpoint=False, tag="new", conn=writer)
+        rows = _rows(db)
+
+        def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
+            first = bytes(next(chunks))
+            _grow(db, 1500, checkpoint=False, tag="new", conn=writer)  # the same pages, again
+            writer.execute("DELETE FROM kv WHERE key LIKE 'conv:old:0000%'")
+            passive = writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            truncate = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            outcomes.append((passive[0], truncate[0]))
+            _grow(db, 3000, checkpoint=False, tag="later", conn=writer)  # after the restart
+            writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return first + _collect(chunks)
+
+        # small chunks: most of the image is read after the writes
+        image, snapshot = _stream(
+            db, tmp_path / "scratch.db", consume, inspect=count_rows, chunk=8 * 4096
+        )
+    finally:
+        writer.close()
+    assert snapshot.method == "direct" and snapshot.wal_pages > 0
+    assert outcomes == [(0, 1)]  # the TRUNCATE was held off: our read mark pins the WAL
+    restored, counts = _restored(image, tmp_path / "restored.db")
+    assert restored == rows
+    assert counts == snapshot.inspected and counts.keys == len(rows)
+
+
+def _wal_store(tmp_path: Path) -> tuple[Path, sqlite3.Connection]:
+    """A store with rows in the database file and more in the WAL, its writer open."""
+    db = tmp_path / "store.db"
+    setup = sqlite3.connect(db, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    setup.close()
+    writer = _writer(db)
+    _grow(db, 2000, checkpoint=True, tag="old", conn=writer)
+    _grow(db, 1500, checkpoint=False, tag="new", conn=writer)
+    return db, writer
+
+
+def test_frames_committed_after_the_snapshot_are_not_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """With ``mapped``, chunks are whole frames of the file, kept by the consumer
-    (as the compression pool does), still right after the copy is unlinked."""
-    before = set(threading.enumerate())
-    gateway_db = gateway_open
+    """A commit lands after the snapshot is pinned and before the WAL is scanned: its
+    frames (the same pages, newer) are in the file, past the snapshot's mxFrame."""
+    db, writer = _wal_store(tmp_path)
+    scan = backup_snapshot._wal_frames
+
+    def commit_first(*args: Any) -> dict[int, int]:
+        _grow(db, 1500, checkpoint=False, tag="new", conn=writer)  # rewrites the same rows
+        _grow(db, 500, checkpoint=False, tag="later", conn=writer)
+        return scan(*args)
+
+    monkeypatch.setattr(backup_snapshot, "_wal_frames", commit_first)
+    try:
+        rows = _rows(db)
+        image, snapshot = _stream(db, tmp_path / "scratch.db", _collect, inspect=count_rows)
+        assert len(_rows(db)) == len(rows) + 500
+    finally:
+        writer.close()
+    assert snapshot.method == "direct" and snapshot.wal_pages
+    restored, counts = _restored(image, tmp_path / "restored.db")
+    assert restored == rows and counts == snapshot.inspected
+
+
+def test_a_commit_between_the_header_reads_takes_the_snapshot_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wal-index header changed between the reads around the snapshot: which
+    header is the snapshot's is not known, so it is taken again."""
+    db, writer = _wal_store(tmp_path)
+    read, pin = backup_snapshot._read_index_and_backfill, backup_snapshot._pin
+    reads: list[int] = []
+    pins: list[object] = []
+
+    def commit_once(shm: int) -> tuple[Any, int]:
+        reads.append(shm)
+        if len(reads) == 2:  # the first read after the snapshot was taken (H2)
+            _grow(db, 500, checkpoint=False, tag="meanwhile", conn=writer)
+        return read(shm)
+
+    def counted(*args: Any) -> Any:
+        pins.append(pin(*args))
+        return pins[-1]
+
+    monkeypatch.setattr(backup_snapshot, "_read_index_and_backfill", commit_once)
+    monkeypatch.setattr(backup_snapshot, "_pin", counted)
+    try:
+        image, snapshot = _stream(db, tmp_path / "scratch.db", _collect, inspect=count_rows)
+        rows = _rows(db)
+    finally:
+        writer.close()
+    assert len(pins) == 2 and pins[0] is None  # taken again
+    assert snapshot.method == "direct"
+    restored, counts = _restored(image, tmp_path / "restored.db")
+    assert restored == rows and counts == snapshot.inspected and counts.keys == 4000
+
+
+def test_a_wal_restart_during_a_read_of_a_checkpointed_store(tmp_path: Path) -> None:
+    """Everything in the database file when the read begins (nBackfill == mxFrame):
+    the next write restarts the WAL under the read (it may: the read takes nothing
+    from it), and no checkpoint can touch the database file until the read ends."""
+    db = tmp_path / "store.db"
+    setup = sqlite3.connect(db, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    setup.close()
+    writer = _writer(db)
+    outcomes: list[tuple[bool, int]] = []
+    try:
+        _grow(db, 3000, checkpoint=False, tag="old", conn=writer)
+        writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+        backfilled, frames, salt = _backfill_state(db)
+        assert 0 < backfilled == frames
+        rows = _rows(db)
+
+        def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
+            first = bytes(next(chunks))
+            _grow(db, 1000, checkpoint=False, tag="old", conn=writer)
+            restarted = _backfill_state(db)[2] != salt
+            busy = writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0]
+            outcomes.append((restarted, busy))
+            _grow(db, 3000, checkpoint=False, tag="after", conn=writer)
+            writer.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            return first + _collect(chunks)
+
+        image, snapshot = _stream(db, tmp_path / "scratch.db", consume, chunk=8 * 4096)
+    finally:
+        writer.close()
+    assert snapshot.method == "direct" and snapshot.wal_pages == 0
+    # the WAL restarted; no checkpoint could backfill the new frames past our snapshot
+    assert outcomes == [(True, 1)]
+    assert _restored(image, tmp_path / "restored.db")[0] == rows
+
+
+def test_backups_while_a_writer_process_writes_checkpoints_and_restarts_the_wal(
+    gateway_db: Path, tmp_path: Path
+) -> None:
+    """A writer with no busy timeout commits numbered keys every few milliseconds and
+    checkpoints (PASSIVE, and TRUNCATE, which restarts the WAL) while backups are
+    taken: none of its writes fails, and each backup is a store holding the rows
+    from before and exactly the writer's keys 1..k for some k."""
     _grow(gateway_db, 3000, checkpoint=False)
-    target = tmp_path / "copy.db"
-    frame = 64 << 10
-    final: list[bytes] = []
+    original = _rows(gateway_db)
+    provider = SqliteStorage(gateway_db)
+    snapshots = []
+    archives: list[Path] = []
+    with wal_writer.running(gateway_db, tmp_path / "stop", tmp_path / "writer.json"):
+        started = time.monotonic()
+        while len(archives) < 6 or time.monotonic() - started < 1.5:
+            archive = tmp_path / f"backup-{len(archives)}.zst"
 
-    def copied() -> None:
-        final.append(target.read_bytes())
-        target.unlink()  # what a scratch copy does: its readers keep it alive
+            def consume(chunks: Iterator[bytes | memoryview], archive: Path = archive) -> int:
+                with archive.open("wb") as out:
+                    return compress_stream(
+                        chunks, HashingWriter(out), "zstd", threads=2, stable=True
+                    ).read
 
-    # ``list`` keeps every chunk, as the compression pool holds frames
-    chunks, snapshot = _stream(gateway_db, target, list, on_copied=copied, mapped=frame)
-    assert snapshot.streamed and not target.exists()
-    sizes = [len(chunk) for chunk in chunks]
-    assert sizes[0] == 4096 and sizes[1] == frame - 4096  # page 1, then up to a frame
-    assert all(size == frame for size in sizes[2:-1]) and 0 < sizes[-1] <= frame
-    assert b"".join(bytes(chunk) for chunk in chunks) == final[0]
-    del chunks
+            _, snapshot = backup_snapshot.stream_snapshot(
+                provider, tmp_path / "scratch.db", consume, inspect=count_rows, chunk=64 << 10
+            )
+            snapshots.append(snapshot)
+            archives.append(archive)
+            time.sleep(0.03)  # a moment without a reader: a TRUNCATE checkpoint may restart
+    provider.close()
+    written = json.loads((tmp_path / "writer.json").read_text())
+    assert written["errors"] == [] and written["count"] > 0
+    assert written["restarts"] > 0  # the WAL restarted between (or under) the reads
+    seen = []
+    for snapshot, archive in zip(snapshots, archives, strict=True):
+        image = (
+            zstandard.ZstdDecompressor()
+            .stream_reader(archive.read_bytes(), read_across_frames=True)
+            .read()
+        )
+        rows, counts = _restored(image, tmp_path / "restored.db")
+        ours = sorted(key for key in rows if key.startswith(wal_writer.PREFIX))
+        assert ours == [wal_writer.key(n) for n in range(1, len(ours) + 1)]
+        assert {key: rows[key] for key in original} == original
+        assert len(rows) == len(original) + len(ours)
+        assert counts == snapshot.inspected
+        seen.append(len(ours))
+    assert seen == sorted(seen)  # later backups, later states
+    assert any(snapshot.method == "direct" and snapshot.wal_pages for snapshot in snapshots)
+
+
+def test_backup_create_while_the_writer_process_runs_verifies(
+    cli: CliFn, gateway_db: Path, tmp_path: Path
+) -> None:
+    """The whole command (archive, manifest counts, audit record) beside the writer:
+    none of its writes fails, and each archive verifies against its own counts."""
+    _grow(gateway_db, 3000, checkpoint=False)
+    archives = []
+    with wal_writer.running(gateway_db, tmp_path / "stop", tmp_path / "writer.json"):
+        for _ in range(3):
+            run = cli("backup", "create", "--format", "json")
+            assert run.exit_code == 0, run.stderr
+            document = run.json()
+            assert isinstance(document, dict)
+            archives.append(Path(document["destination"]) / document["name"])
+    written = json.loads((tmp_path / "writer.json").read_text())
+    assert written["errors"] == [] and written["count"] > 0
+    for archive in archives:
+        run = cli("backup", "verify", str(archive))
+        assert run.exit_code == 0, run.stdout + run.stderr
+
+
+def _force_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wal-index cannot be read: the backup API's copy instead."""
+    monkeypatch.setattr(backup_snapshot, "_read_index", lambda shm: None)
+
+
+def test_the_fallback_copy_streams_the_same_snapshot(
+    gateway_open: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = set(threading.enumerate())
+    _grow(gateway_open, 3000, checkpoint=False)
+    _force_copy(monkeypatch)
+    image, snapshot = _stream(gateway_open, tmp_path / "scratch.db", _collect, inspect=count_rows)
+    assert snapshot.method == "copy" and snapshot.streamed
+    assert not (tmp_path / "scratch.db").exists()  # the scratch copy is gone once read
+    assert image == _reference_copy(gateway_open, tmp_path / "reference.db")
+    assert snapshot.page_count * snapshot.page_size == len(image)
+    rows, counts = _restored(image, tmp_path / "restored.db")
+    assert rows == _rows(gateway_open) and counts == snapshot.inspected
     assert not _new_threads(before)
 
 
-def test_a_wrong_first_page_guess_streams_again_from_the_finished_copy(
-    gateway_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_store_not_in_wal_mode_is_copied(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    conn.execute("INSERT INTO kv VALUES ('todos:a', '{}')")
+    conn.commit()
+    conn.close()
+    image, snapshot = _stream(db, tmp_path / "scratch.db", _collect)
+    assert snapshot.method == "copy"
+    assert _restored(image, tmp_path / "restored.db")[0] == {"todos:a": "{}"}
+
+
+def test_a_read_failing_part_way_starts_the_consumer_again_on_a_copy(
+    gateway_open: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(
-        backup_snapshot, "predict_first_page", lambda path, size, count: b"\x00" * size
-    )
+    before = set(threading.enumerate())
+    _grow(gateway_open, 3000, checkpoint=False)
+    pages = backup_snapshot._pages
+
+    def failing(*args: Any) -> Iterator[bytes | memoryview]:
+        chunks = pages(*args)
+        yield next(chunks)
+        raise backup_snapshot._Unusual("a short read")
+
+    monkeypatch.setattr(backup_snapshot, "_pages", failing)
     firsts: list[bytes] = []
 
     def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
         firsts.append(bytes(next(chunks)))
         return firsts[-1] + _collect(chunks)
 
-    streamed, snapshot = _stream(gateway_db, tmp_path / "copy.db", consume)
-    copy = (tmp_path / "copy.db").read_bytes()
-    # the first attempt began with the guess (and may have been stopped at once);
-    # the second read the finished copy
-    assert not snapshot.streamed and len(firsts) == 2
-    assert firsts[0] == b"\x00" * 4096 and firsts[1] == copy[: len(firsts[1])]
-    assert streamed == copy and copy.startswith(b"SQLite format 3\x00")
+    image, snapshot = _stream(
+        gateway_open, tmp_path / "scratch.db", consume, inspect=count_rows, chunk=4096
+    )
+    assert len(firsts) == 2 and snapshot.method == "copy" and not snapshot.streamed
+    assert image == _reference_copy(gateway_open, tmp_path / "reference.db")
+    assert _restored(image, tmp_path / "restored.db")[1] == snapshot.inspected
+    assert not _new_threads(before)
+
+
+def test_chunks_stay_valid_while_held(gateway_open: Path, tmp_path: Path) -> None:
+    """Each chunk is a buffer of its own (the compression pool keeps whole frames)."""
+    _grow(gateway_open, 3000, checkpoint=False)
+    frame = 64 << 10
+    chunks, snapshot = _stream(gateway_open, tmp_path / "scratch.db", list, chunk=frame)
+    sizes = [len(chunk) for chunk in chunks]
+    assert snapshot.method == "direct" and snapshot.wal_pages
+    assert all(size == frame for size in sizes[:-1]) and 0 < sizes[-1] <= frame
+    image = b"".join(bytes(chunk) for chunk in chunks)
+    reference = _reference_copy(gateway_open, tmp_path / "reference.db")
+    assert _without_copy_fields(image) == _without_copy_fields(reference)
+
+
+def _our_locks(paths: list[Path]) -> set[tuple[str, str]]:
+    """(file, byte range) of the POSIX locks this process holds on ``paths``."""
+    inodes = {os.stat(path).st_ino: path.name for path in paths}
+    held = set()
+    with open("/proc/locks", encoding="ascii") as handle:
+        for line in handle:
+            fields = line.split()
+            if fields[1] == "POSIX" and int(fields[4]) == os.getpid():
+                inode = int(fields[5].split(":")[2])
+                if inode in inodes:
+                    held.add((inodes[inode], f"{fields[6]}-{fields[7]}"))
+    return held
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs /proc/locks (Linux)")
+def test_reading_the_store_files_keeps_sqlite_s_locks(gateway_open: Path, tmp_path: Path) -> None:
+    """Closing any descriptor of a file drops the process's POSIX locks on it: the
+    read must leave SQLite's own (its read mark, its SHARED lock) where they are."""
+    _grow(gateway_open, 3000, checkpoint=False)
+    files = [gateway_open, Path(f"{gateway_open}-shm")]
+    provider = SqliteStorage(gateway_open)
+    during: list[set[tuple[str, str]]] = []
+    try:
+        provider.connection.execute("SELECT count(*) FROM kv").fetchone()
+        idle = _our_locks(files)
+
+        def consume(chunks: Iterator[bytes | memoryview]) -> bytes:
+            during.append(_our_locks(files))
+            return _collect(chunks)
+
+        _, snapshot = backup_snapshot.stream_snapshot(provider, tmp_path / "s.db", consume)
+        assert snapshot.method == "direct" and snapshot.wal_pages
+        after = _our_locks(files)
+    finally:
+        provider.close()
+    read_marks = {f"{byte}-{byte}" for byte in range(123, 128)}  # WAL_READ_LOCK(0..4)
+    assert idle and after == idle
+    assert len(during) == 1 and during[0] > idle
+    assert {span for name, span in during[0] - idle if name.endswith("-shm")} & read_marks
+
+
+def _open_here(db: Path) -> int:
+    """Descriptors of this process open on the store's database file."""
+    real = os.path.realpath(db)
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}") == real
+    return count
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/locks"), reason="needs /proc/locks (Linux)")
+def test_the_kept_descriptors_close_once_sqlite_holds_no_lock(
+    gateway_db: Path, tmp_path: Path
+) -> None:
+    """Kept while any connection of this process holds locks on the files; closed
+    with the last store closed, so other processes no longer see the store open here."""
+    holder = sqlite3.connect(gateway_db)
+    holder.execute("SELECT count(*) FROM kv").fetchone()
+    provider = SqliteStorage(gateway_db)
+    try:
+        _, snapshot = backup_snapshot.stream_snapshot(provider, tmp_path / "s.db", _collect)
+        assert snapshot.method == "direct"
+    finally:
+        provider.close()
+    assert _open_here(gateway_db) >= 2  # the holder's, and the kept one: its locks are live
+    holder.close()
+    SqliteStorage(gateway_db).close()
+    assert _open_here(gateway_db) == 0
 
 
 def test_a_failing_consumer_ends_the_snapshot_with_its_error(
@@ -193,10 +608,34 @@ def test_a_failing_consumer_ends_the_snapshot_with_its_error(
     assert not _new_threads(before)
 
 
-def test_a_failing_copy_stops_the_follower(
+def test_a_failing_count_stops_the_read(gateway_db: Path, tmp_path: Path) -> None:
+    before = set(threading.enumerate())
+    provider = SqliteStorage(gateway_db)
+    read: list[int] = []
+
+    def consume(chunks: Iterator[bytes | memoryview]) -> None:
+        for chunk in chunks:
+            read.append(len(chunk))
+
+    def inspect(conn: sqlite3.Connection) -> None:
+        raise sqlite3.OperationalError("disk I/O error")
+
+    try:
+        with pytest.raises(TriggerfishError, match="backup: disk I/O error"):
+            backup_snapshot.stream_snapshot(
+                provider, tmp_path / "copy.db", consume, inspect=inspect, chunk=4096
+            )
+        assert not provider.connection.in_transaction
+    finally:
+        provider.close()
+    assert not _new_threads(before)
+
+
+def test_a_failing_fallback_copy_is_the_error(
     gateway_db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     before = set(threading.enumerate())
+    _force_copy(monkeypatch)
     seen: list[int] = []
 
     def consume(chunks: Iterator[bytes | memoryview]) -> None:
@@ -208,33 +647,10 @@ def test_a_failing_copy_stops_the_follower(
     try:
         with pytest.raises(TriggerfishError, match=r"backup: .*unable to open"):
             backup_snapshot.stream_snapshot(provider, target, consume)
-        assert not provider.connection.in_transaction
+        assert not provider.connection.in_transaction and not seen
     finally:
         provider.close()
     assert not _new_threads(before)
-
-
-def test_the_first_page_prediction_matches_a_copy_of_a_growing_wal_store(
-    gateway_open: Path, tmp_path: Path
-) -> None:
-    """With writes still in the WAL (page 1 among them), the guess is exact."""
-    gateway_db = gateway_open
-    for round in range(3):
-        _grow(gateway_db, 700, checkpoint=False, tag=f"round{round}")
-    conn = sqlite3.connect(gateway_db, isolation_level=None)
-    try:
-        conn.execute("BEGIN")
-        size = conn.execute("PRAGMA page_size").fetchone()[0]
-        count = conn.execute("PRAGMA page_count").fetchone()[0]
-        guess = backup_snapshot.predict_first_page(gateway_db, size, count)
-        copy = sqlite3.connect(tmp_path / "copy.db")
-        conn.backup(copy)
-        copy.close()
-        conn.execute("COMMIT")
-    finally:
-        conn.close()
-    assert backup_snapshot._wal_first_page(Path(f"{gateway_db}-wal"), size) is not None
-    assert guess == (tmp_path / "copy.db").read_bytes()[:size]
 
 
 def test_a_backup_of_a_growing_store_verifies(cli: CliFn, gateway_open: Path) -> None:

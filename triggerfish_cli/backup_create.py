@@ -1,13 +1,12 @@
 """``backup create``: a consistent snapshot of a live store, compressed, with its manifest.
 
-SQLite (``physical``): the online backup API in ONE step from the live WAL
-store into a scratch file. One step holds one WAL read snapshot for the whole
-copy: it never blocks the gateway's writers and is never restarted by them
-(a stepped backup restarts on every write and may never finish). The
-scratch file then streams through the compressor into the archive, hashed
-on the way, written under a temp name, fsynced and renamed (mode 0600).
-Counts per namespace and memories per level are taken from the snapshot
-itself, so they match it exactly.
+SQLite (``physical``): the pages of one WAL read snapshot of the live store,
+read straight from its files (backup_snapshot: it never blocks the gateway's
+writers; the online backup API into a scratch copy is the fallback), stream
+through the compressor into the archive, hashed on the way, written under a
+temp name, fsynced and renamed (mode 0600). Counts per namespace and
+memories per level are read from the same snapshot, so they match it
+exactly.
 
 Any backend (``logical``): every key and value as JSON Lines in key order
 (SQLite: one read transaction; Postgres: one REPEATABLE READ transaction:
@@ -25,7 +24,6 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from triggerfish_cli import cells, namespaces
 from triggerfish_cli.backup_archive import (
@@ -49,11 +47,9 @@ from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
 from triggerfish_cli.storage.sqlite import (
-    MMAP_SIZE,
     SqliteStorage,
     gap_clause,
     range_clause,
-    translate_error,
 )
 
 MEMORY_PREFIX = "memory:"
@@ -288,36 +284,21 @@ def create_backup(
 
         payload = _Payload(recipients)
         with dest.staging(name) as staged:
-            if compression == "none" and not sealed:  # the snapshot is the payload: no copy
-                os.close(os.open(staged, os.O_WRONLY | os.O_CREAT, 0o600))
-                with _syncing(staged):
-                    sink = _physical(provider, staged, manifest, through(_hash_only))
-                manifest.content_bytes = sink.count
-            else:
-                with (
-                    temp_dir(dest.scratch_dir(), "snapshot") as scratch,
-                    staged.open("wb") as out,
-                    _syncing(staged),  # after the open: the file exists now
-                ):
+            with (
+                temp_dir(dest.scratch_dir(), "snapshot") as scratch,
+                staged.open("wb") as out,
+                _syncing(staged),  # after the open: the file exists now
+            ):
 
-                    def compress(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
-                        out.seek(0)
-                        out.truncate()
-                        with payload.into(out) as sink:
-                            done = compress_stream(
-                                chunks, sink, compression, stable=True, **options
-                            )
-                        manifest.content_bytes, manifest.frames = done.read, done.frames
-                        return sink
+                def compress(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
+                    out.seek(0)  # a second call (a fallback copy) starts afresh
+                    out.truncate()
+                    with payload.into(out) as sink:
+                        done = compress_stream(chunks, sink, compression, stable=True, **options)
+                    manifest.content_bytes, manifest.frames = done.read, done.frames
+                    return sink
 
-                    sink = _physical(
-                        provider,
-                        scratch / "snapshot.db",
-                        manifest,
-                        through(compress),
-                        scratch=True,
-                        mapped=ZstdFrames.FRAME if compression == "zstd" else None,
-                    )
+                sink = _physical(provider, scratch / "snapshot.db", manifest, through(compress))
             _finish_payload(sink, manifest)
             with staged.open("ab") as tail:
                 _trailer(tail, manifest, payload)
@@ -415,14 +396,6 @@ def _store_bytes(path: Path) -> int | None:
     return size + (wal.stat().st_size if wal.exists() else 0)
 
 
-class _NullSink:
-    def write(self, data: bytes | memoryview) -> int:
-        return len(data)
-
-    def flush(self) -> None:
-        return None
-
-
 def _set_counts(manifest: Manifest, counts: Counts) -> None:
     manifest.keys, manifest.namespaces, manifest.memories = (
         counts.keys,
@@ -485,59 +458,23 @@ def _trailer(handle: Any, manifest: Manifest, payload: _Payload) -> None:
 
 def _physical(
     provider: SqliteStorage,
-    target: Path,
+    scratch: Path,
     manifest: Manifest,
     consume: Callable[[Iterator[bytes | memoryview]], HashingWriter],
-    *,
-    scratch: bool = False,
-    mapped: int | None = None,
 ) -> HashingWriter:
-    """Snapshot the store into ``target``, streaming it through ``consume``; count its keys.
+    """Stream a snapshot of the store through ``consume``; count its keys meanwhile.
 
-    The counts are read from the finished copy on a thread of their own,
-    while ``consume`` catches up with the copy. A ``scratch`` copy is
-    unlinked as soon as everything that reads it has it open: its pages
-    are freed by the last reader, not at the end on the way out.
+    The counts are read from the same snapshot (backup_snapshot), so they
+    match the archive exactly. ``scratch``: where a fallback copy may go.
     """
-    from triggerfish_cli.threads import Worker
-
-    counting: list[Worker] = []
-
-    def copied() -> None:
-        # Read-only and immutable: no -wal/-shm beside it, and never a byte
-        # changed under the hash (the copy's header says WAL, as its source).
-        uri = f"file:{quote(str(target.absolute()))}?mode=ro&immutable=1"
-        try:
-            conn = sqlite3.connect(uri, uri=True, check_same_thread=False)
-            conn.execute(f"PRAGMA mmap_size={MMAP_SIZE}")
-        except sqlite3.Error as exc:
-            raise translate_error(exc, f"{target}: count") from exc
-        counting.append(Worker(lambda: _count(conn, target)))
-        if scratch:
-            target.unlink()
-
-    try:
-        sink, snapshot = stream_snapshot(provider, target, consume, on_copied=copied, mapped=mapped)
-    finally:
-        for worker in counting:  # never leave it reading a file about to go
-            with contextlib.suppress(BaseException):
-                worker.result()
+    # the counts read the key index through the page cache: through the map,
+    # every page near an index page would stay in our resident set
+    with provider.unmapped():
+        sink, snapshot = stream_snapshot(
+            provider, scratch, consume, inspect=count_rows, chunk=ZstdFrames.FRAME
+        )
     manifest.page_size, manifest.page_count = snapshot.page_size, snapshot.page_count
-    _set_counts(manifest, counting[0].result())
-    return sink
-
-
-def _count(conn: sqlite3.Connection, target: Path) -> Counts:
-    try:
-        with contextlib.closing(conn):
-            return count_rows(conn)
-    except sqlite3.Error as exc:
-        raise translate_error(exc, f"{target}: count") from exc
-
-
-def _hash_only(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
-    sink = HashingWriter(_NullSink())
-    compress_stream(chunks, sink, "none")
+    _set_counts(manifest, snapshot.inspected)
     return sink
 
 

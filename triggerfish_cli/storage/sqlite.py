@@ -36,7 +36,7 @@ from triggerfish_cli.errors import (
     TriggerfishError,
     WriteError,
 )
-from triggerfish_cli.storage import key_ranges
+from triggerfish_cli.storage import kept_files, key_ranges
 from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.live_writers import LiveWriter, live_writers
 from triggerfish_cli.storage.provider import (
@@ -302,6 +302,7 @@ class SqliteStorage(BaseStorage):
         if self._gate is not None:
             self._gate.close()
             self._gate = None
+        kept_files.release()  # descriptors read beside SQLite, now that its locks are gone
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
