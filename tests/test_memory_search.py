@@ -393,7 +393,8 @@ def test_the_order_is_every_rows_own_score_then_storage_key(
             ["otter"] * (not alone) + ["word"] * (n % 4 + alone) + ["river"] * (n % 5 == 0)
         )
         tags = ["otter"] if n % 11 == 0 else ["misc"]
-        rows[mkey(agent, "PUBLIC", key)] = memory_record(key, "PUBLIC", text, agent=agent, tags=tags)
+        record = memory_record(key, "PUBLIC", text, agent=agent, tags=tags)
+        rows[mkey(agent, "PUBLIC", key)] = record
         indexed.append((agent, "PUBLIC", key))
     path = write_gateway_store(tmp_path / "ties.db", rows, tuple(indexed))
     provider = SqliteStorage(path)

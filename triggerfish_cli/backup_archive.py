@@ -48,6 +48,7 @@ from typing import IO, Any
 
 from triggerfish_cli import __version__
 from triggerfish_cli.errors import InvalidDataError, VerificationError
+from triggerfish_cli.threads import block_signals
 
 FORMAT = "triggerfish-backup"
 FORMAT_VERSION = 1
@@ -580,7 +581,9 @@ class ZstdFrames:
         self._threads = max(1, threads)
         self._pool: ThreadPoolExecutor | None = None
         if self._threads > 1:
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="backup-zstd")
+            self._pool = ThreadPoolExecutor(
+                self._threads, thread_name_prefix="backup-zstd", initializer=block_signals
+            )
         #: Frames on the pool, oldest first, each with the buffer it reads.
         self._pending: collections.deque[tuple[Future[bytes], bytearray | None]] = (
             collections.deque()
@@ -739,7 +742,9 @@ def _zstd_frames(source: LimitedHashingReader, sizes: list[int]) -> Iterator[mem
 
     threads = min(4, os.cpu_count() or 1)
     pending: collections.deque[Future[tuple[bytearray, int]]] = collections.deque()
-    with ThreadPoolExecutor(threads, thread_name_prefix="backup-unzstd") as pool:
+    with ThreadPoolExecutor(
+        threads, thread_name_prefix="backup-unzstd", initializer=block_signals
+    ) as pool:
         try:
             for size in sizes:
                 data = source.read(size)

@@ -51,6 +51,7 @@ from triggerfish_cli.storage.sqlite import (
     gap_clause,
     range_clause,
 )
+from triggerfish_cli.threads import background
 
 MEMORY_PREFIX = "memory:"
 #: A test hook: seconds to sleep with the archive half written (kill -9 tests).
@@ -502,8 +503,7 @@ def _syncing(path: Path) -> Iterator[None]:
         except OSError as exc:
             failed.append(exc)
 
-    thread = threading.Thread(target=work, name="backup-fsync", daemon=True)
-    thread.start()
+    thread = background(work, name="backup-fsync")
     try:
         yield
     finally:

@@ -33,6 +33,7 @@ from triggerfish_cli.errors import (
     UsageError,
     VerificationError,
 )
+from triggerfish_cli.threads import background
 
 AGE_MAGIC = b"age-encryption.org/v1\n"
 #: The environment variable that names an identity file (never the key itself).
@@ -279,8 +280,7 @@ class Encryptor:
                 self._failed.append(exc)
                 self._stopped.set()
 
-        self._thread = threading.Thread(target=run, name="backup-age", daemon=True)
-        self._thread.start()
+        self._thread = background(run, name="backup-age")
 
     # the writing side
     def write(self, data: bytes | memoryview) -> int:
@@ -375,8 +375,7 @@ class Decryptor:
                 self._hand_over()
                 self._deliver(exc)
 
-        self._thread = threading.Thread(target=run, name="backup-unage", daemon=True)
-        self._thread.start()
+        self._thread = background(run, name="backup-unage")
 
     # age's side: it writes 8 KiB at a time; they are handed over in blocks, so the
     # queue (and the GIL it takes) is met once per block, not once per 8 KiB.

@@ -35,6 +35,7 @@ from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
+from triggerfish_cli.threads import background
 
 
 @dataclass
@@ -370,7 +371,6 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
 
 def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
     """integrity_check in a thread (SQLite releases the GIL) beside the other checks."""
-    import threading
 
     integrity: list[str] = []
 
@@ -381,8 +381,7 @@ def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Count
         except sqlite3.Error as exc:
             integrity.append(f"sqlite: {exc}")
 
-    thread = threading.Thread(target=run_integrity, name="backup-integrity", daemon=True)
-    thread.start()
+    thread = background(run_integrity, name="backup-integrity")
     try:
         counts = _check_rest(snapshot, manifest, result)
     finally:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import queue
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from triggerfish_cli.storage.provider import (
     uncovered_ranges,
 )
 from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.threads import background
 
 _MOD = 1 << 64
 
@@ -161,8 +161,7 @@ class RangeSums:
         self._jobs: queue.Queue[list[KeyRange] | None] = queue.Queue()
         self._error: BaseException | None = None
         self._connection = target.reopen(read_only=True)
-        self._thread = threading.Thread(target=self._work, daemon=True)
-        self._thread.start()
+        self._thread = background(self._work)
 
     def _holds(self, r: KeyRange) -> bool:
         return (r[0] is None or r[0] <= self._hold) and (r[1] is None or self._hold < r[1])

@@ -1,15 +1,48 @@
-"""Two small threading tools: a result from a thread, and a read-ahead iterator.
+"""Small threading tools: threads that never take a signal, a result from a
+thread, and a read-ahead iterator.
 
-Both keep Ctrl-C working in the main thread (they wait in short slices)
+They keep Ctrl-C working in the main thread (they wait in short slices)
 and hand a thread's error to the caller.
 """
 
 from __future__ import annotations
 
 import queue
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
+
+#: Signals that stop or end us: the main thread alone takes them (see :func:`background`).
+HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP, signal.SIGQUIT)
+
+
+def block_signals() -> None:
+    """Keep the signals in :data:`HELD_SIGNALS` off the calling thread (a pool's
+    initializer; :func:`background` calls it in every thread it starts)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
+
+
+def background(target: Callable[[], Any], name: str | None = None) -> threading.Thread:
+    """Start ``target`` on a daemon thread that never takes a Ctrl-C or a kill.
+
+    The kernel hands a signal sent to the process to any thread that does not
+    block it. Python runs the handler in the main thread in any case, but
+    where the main thread holds the signal back (a batch of a sweep, a
+    freeze of the write gate) one taken by another thread would still run
+    it there at once, at any point, even inside code that waits out an
+    error. With every other thread blocking them, a held signal waits until
+    the main thread lets it in.
+    """
+
+    def run() -> None:
+        block_signals()
+        target()
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    return thread
 
 
 class Worker:
@@ -18,8 +51,7 @@ class Worker:
     def __init__(self, fn: Callable[[], Any]) -> None:
         self._result: Any = None
         self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self._thread.start()
+        self._thread = background(lambda: self._run(fn))
 
     def _run(self, fn: Callable[[], Any]) -> None:
         try:
@@ -65,8 +97,7 @@ def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
         except BaseException as exc:  # handed to the consumer
             offer(exc)
 
-    thread = threading.Thread(target=produce, daemon=True)
-    thread.start()
+    thread = background(produce)
     try:
         while True:
             try:

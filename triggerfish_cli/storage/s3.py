@@ -63,6 +63,7 @@ from triggerfish_cli.storage.remote_settings import (
     normalize_prefix,
 )
 from triggerfish_cli.storage.s3_keys import Entry, KeyCodec, frame, unframe
+from triggerfish_cli.threads import block_signals
 
 #: Lease (lock) objects start with this; listings of keys skip them.
 LEASE_MARK = "#"
@@ -324,7 +325,9 @@ class S3Storage(BaseStorage):
         if len(items) <= 1 or self.workers <= 1:
             return [fn(item) for item in items]
         if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="triggerfish-s3")
+            self._pool = ThreadPoolExecutor(
+                self.workers, thread_name_prefix="triggerfish-s3", initializer=block_signals
+            )
         return list(self._pool.map(fn, items))
 
     def _object(self, name: str) -> str:

@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 from triggerfish_cli.errors import BusyError, NotFoundError, TriggerfishError
+from triggerfish_cli.threads import background
 
 #: Marks lease object names; never the first character of an encoded key.
 LEASE_MARK = "#"
@@ -143,8 +144,7 @@ def lease(
             except TriggerfishError:
                 continue  # S3 unreachable for a moment: try again at the next beat
 
-    renewer = threading.Thread(target=renew, name="triggerfish-s3-lease", daemon=True)
-    renewer.start()
+    renewer = background(renew, name="triggerfish-s3-lease")
     try:
         yield
     finally:

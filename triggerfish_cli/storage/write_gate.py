@@ -60,6 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from triggerfish_cli import threads
 from triggerfish_cli.errors import BusyError, UsageError
 from triggerfish_cli.storage.live_writers import (
     GONE,
@@ -75,12 +76,13 @@ from triggerfish_cli.storage.live_writers import (
     writer_of,
 )
 from triggerfish_cli.storage.watchdog import Watchdog
+from triggerfish_cli.threads import background
 
 MODES = ("freeze", "refuse", "ignore")
 DEFAULT_MODE = "freeze"
 MODE_ENV = "TRIGGERFISH_LIVE_WRITERS"
 
-HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP, signal.SIGQUIT)
+HELD_SIGNALS = threads.HELD_SIGNALS
 
 
 def check_mode(value: str, where: str = "--live-writers") -> str:
@@ -235,8 +237,7 @@ class Checkpointer:
         self._pending = False
         self._running = False
         self._stop = False
-        self._thread = threading.Thread(target=self._run, name="tfadmin-checkpoint", daemon=True)
-        self._thread.start()
+        self._thread = background(self._run, name="tfadmin-checkpoint")
 
     def poke(self) -> None:
         with self._wake:
