@@ -329,7 +329,8 @@ def test_a_killed_sweep_leaves_a_consistent_store_and_the_next_one_finishes(
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     rows = dict(conn.execute("SELECT key, value FROM kv").fetchall())
     conn.close()
-    assert len(without_audit(rows)) > len(reference)  # stopped midway
+    # stopped midway (it once ran to the end under load: say how it ended)
+    assert len(without_audit(rows)) > len(reference), (process.returncode, err[-2000:])
     if how == signal.SIGKILL:
         assert process.returncode == -signal.SIGKILL
         assert audits(rows) == []
