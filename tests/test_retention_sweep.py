@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
@@ -307,6 +308,15 @@ def _wait_for_deletions(db: Path, before: int, process: subprocess.Popen[bytes])
     pytest.fail("the sweep never started deleting")
 
 
+#: Runs argv[1:] with SIGINT and SIGTERM at their defaults and unblocked.
+_AS_FROM_A_TERMINAL = (
+    "import os, signal, sys; "
+    "[signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)]; "
+    "signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM}); "
+    "os.execv(sys.argv[1], sys.argv[1:])"
+)
+
+
 @pytest.mark.parametrize(
     "how", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=["kill-9", "kill", "ctrl-c"]
 )
@@ -316,8 +326,15 @@ def test_a_killed_sweep_leaves_a_consistent_store_and_the_next_one_finishes(
     db = _demo_store(tmp_path / "k.db")
     reference = _reference(db, tmp_path)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    handed_down = (signal.getsignal(signal.SIGINT), signal.pthread_sigmask(signal.SIG_BLOCK, []))
+    if handed_down != (signal.default_int_handler, set()):
+        # In full runs of the suite the sweep once ran to the end (exit 0) after the
+        # SIGINT: a disposition or mask an earlier test left here would be handed down.
+        warnings.warn(f"SIGINT handler, blocked signals here: {handed_down}", stacklevel=1)
+    sweep = _sweep_command(db, "--batch-size", "5", "--pause", "0.05", "--format", "json")
     process = subprocess.Popen(
-        _sweep_command(db, "--batch-size", "5", "--pause", "0.05", "--format", "json"),
+        # As a terminal starts it: Ctrl-C at its default, nothing blocked.
+        [sys.executable, "-c", _AS_FROM_A_TERMINAL, *sweep],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -329,7 +346,7 @@ def test_a_killed_sweep_leaves_a_consistent_store_and_the_next_one_finishes(
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     rows = dict(conn.execute("SELECT key, value FROM kv").fetchall())
     conn.close()
-    # stopped midway (it once ran to the end under load: say how it ended)
+    # stopped midway
     assert len(without_audit(rows)) > len(reference), (process.returncode, err[-2000:])
     if how == signal.SIGKILL:
         assert process.returncode == -signal.SIGKILL

@@ -54,3 +54,28 @@ def test_no_module_starts_a_thread_that_could_take_a_signal() -> None:
             if "initializer=block_signals" not in match.group(0):
                 offenders.append(f"{path}: {match.group(0)}")
     assert offenders == []
+
+
+def test_the_cli_starts_with_ctrl_c_unblocked_whatever_its_parent_blocked() -> None:
+    """A blocked signal mask is inherited across exec: a parent that spawns us while
+    holding Ctrl-C back would leave it blocked for our whole run. main() unblocks
+    the held signals (an ignored one stays ignored)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    show = "import signal as s; print(int(s.SIGINT) in s.pthread_sigmask(s.SIG_BLOCK, []))"
+    fixed = "from triggerfish_cli.cli import app; app._unblock_held_signals(); " + show
+    env = {**os.environ, "PYTHONPATH": str(PACKAGE.parent)}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        inherited, cleared = (
+            subprocess.run(
+                [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+            ).stdout.strip()
+            for code in (show, fixed)
+        )
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+    assert (inherited, cleared) == ("True", "False")

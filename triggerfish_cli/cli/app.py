@@ -423,4 +423,22 @@ def _given_by(ctx: typer.Context, name: str, option: str, variable: str) -> str:
 
 
 def main() -> None:
+    _unblock_held_signals()
     app()
+
+
+def _unblock_held_signals() -> None:
+    """Start with Ctrl-C and kill deliverable, whatever mask the parent left us.
+
+    A signal mask survives fork and exec: a parent that started us while it
+    held those signals back (as our own sweeps and write gate do, for a few
+    milliseconds) would leave them blocked for our whole run, and a Ctrl-C
+    would never land. Ignored signals (``nohup``, a shell's background job)
+    stay ignored: only the mask is reset.
+    """
+    import signal
+
+    from triggerfish_cli.threads import HELD_SIGNALS
+
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)
