@@ -81,6 +81,17 @@ def _grow(
         writer.close()
 
 
+def _new_store(db: Path, page_size: int | None = None) -> sqlite3.Connection:
+    """An empty WAL store with the kv table; its gateway-like writer (see _writer)."""
+    setup = sqlite3.connect(db, isolation_level=None)
+    if page_size is not None:
+        setup.execute(f"PRAGMA page_size={page_size}")
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    setup.close()
+    return _writer(db)
+
+
 def _writer(db: Path) -> sqlite3.Connection:
     """A connection writing as the gateway does: no busy timeout; no auto-checkpoint,
     so its frames stay in the WAL."""
@@ -179,12 +190,7 @@ def test_the_direct_image_is_the_snapshot_page_for_page(
     snapshot, page for page (page 1 keeps the store's own header), and a store."""
     before = set(threading.enumerate())
     db = tmp_path / "store.db"
-    setup = sqlite3.connect(db, isolation_level=None)
-    setup.execute(f"PRAGMA page_size={page_size}")
-    setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    setup.close()
-    writer = _writer(db)  # stays open: the WAL stays, as with a running gateway
+    writer = _new_store(db, page_size)  # stays open: the WAL stays, as with a running gateway
     try:
         _grow(db, 3000, checkpoint=True, tag="old", conn=writer)  # in the database file
         _grow(db, 2000, checkpoint=False, tag="new", conn=writer)  # in the WAL
@@ -227,11 +233,7 @@ def test_the_image_is_the_snapshot_while_the_store_changes_under_it(tmp_path: Pa
     checkpoints and tries to restart the WAL: none of its writes fail, and the image
     (and the counts, read meanwhile) are the store as it was when the read began."""
     db = tmp_path / "store.db"
-    setup = sqlite3.connect(db, isolation_level=None)
-    setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    setup.close()
-    writer = _writer(db)
+    writer = _new_store(db)
     outcomes: list[tuple[int, int]] = []
     try:
         _grow(db, 2000, checkpoint=True, tag="old", conn=writer)
@@ -265,11 +267,7 @@ def test_the_image_is_the_snapshot_while_the_store_changes_under_it(tmp_path: Pa
 def _wal_store(tmp_path: Path) -> tuple[Path, sqlite3.Connection]:
     """A store with rows in the database file and more in the WAL, its writer open."""
     db = tmp_path / "store.db"
-    setup = sqlite3.connect(db, isolation_level=None)
-    setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    setup.close()
-    writer = _writer(db)
+    writer = _new_store(db)
     _grow(db, 2000, checkpoint=True, tag="old", conn=writer)
     _grow(db, 1500, checkpoint=False, tag="new", conn=writer)
     return db, writer
@@ -338,11 +336,7 @@ def test_a_wal_restart_during_a_read_of_a_checkpointed_store(tmp_path: Path) -> 
     the next write restarts the WAL under the read (it may: the read takes nothing
     from it), and no checkpoint can touch the database file until the read ends."""
     db = tmp_path / "store.db"
-    setup = sqlite3.connect(db, isolation_level=None)
-    setup.execute("PRAGMA journal_mode=WAL")
-    setup.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
-    setup.close()
-    writer = _writer(db)
+    writer = _new_store(db)
     outcomes: list[tuple[bool, int]] = []
     try:
         _grow(db, 3000, checkpoint=False, tag="old", conn=writer)

@@ -14,14 +14,12 @@ that were not busy).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import sqlite3
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 PREFIX = "conv:wal-writer:"
 
@@ -30,18 +28,11 @@ def key(n: int) -> str:
     return f"{PREFIX}{n:08d}"
 
 
-@contextlib.contextmanager
-def running(db: Path, stop: Path, out: Path) -> Iterator[subprocess.Popen[bytes]]:
+def running(db: Path, stop: Path, out: Path) -> Any:
     """This writer in a process of its own, ready to write, for the block; then stopped."""
-    process = subprocess.Popen(
-        [sys.executable, __file__, str(db), str(stop), str(out)], stdout=subprocess.PIPE
-    )
-    try:
-        assert process.stdout is not None and process.stdout.readline() == b"ready\n"
-        yield process
-    finally:
-        stop.touch()
-        process.wait(timeout=60)
+    from tests.helpers.writer import script_running
+
+    return script_running(__file__, stop, str(db), str(stop), str(out))
 
 
 def main() -> None:

@@ -20,21 +20,25 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 
 @contextlib.contextmanager
-def running(db: Path, stop: Path, out: Path, *sessions: str) -> Iterator[subprocess.Popen[bytes]]:
-    """This writer in a process of its own, ready to write, for the block; then stopped."""
-    process = subprocess.Popen(
-        [sys.executable, __file__, str(db), str(stop), str(out), *sessions],
-        stdout=subprocess.PIPE,
-    )
+def script_running(script: str, stop: Path, *args: str) -> Iterator[subprocess.Popen[bytes]]:
+    """A writer script in a process of its own, once it prints "ready", for the
+    block; then stopped (STOPFILE ``stop`` touched) and waited for."""
+    process = subprocess.Popen([sys.executable, script, *args], stdout=subprocess.PIPE)
     try:
         assert process.stdout is not None and process.stdout.readline() == b"ready\n"
         yield process
     finally:
         stop.touch()
         process.wait(timeout=60)
+
+
+def running(db: Path, stop: Path, out: Path, *sessions: str) -> Any:
+    """This writer in a process of its own, ready to write, for the block; then stopped."""
+    return script_running(__file__, stop, str(db), str(stop), str(out), *sessions)
 
 
 def now_iso() -> str:
