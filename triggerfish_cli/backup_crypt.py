@@ -361,19 +361,23 @@ class Decryptor:
         self._ended = False
         self._cancelled = threading.Event()
 
+        def end(last: Any) -> None:
+            """What was authenticated before the end (or the damage), then ``last``."""
+            with contextlib.suppress(_Cancelled):  # the reader stopped reading
+                self._hand_over()
+                self._deliver(last)
+
         def run() -> None:
             try:
                 pyrage.decrypt_io(source, self, identities.keys)
-                self._hand_over()
-                self._deliver(_END)
             except _Cancelled:
-                pass
+                return
             except (pyrage.DecryptError, OSError) as exc:  # OSError: a chunk fails to open
-                self._hand_over()  # what was authenticated before the damage
-                self._deliver(decrypt_error(exc, name, identities, recipients))
+                end(decrypt_error(exc, name, identities, recipients))
             except BaseException as exc:
-                self._hand_over()
-                self._deliver(exc)
+                end(exc)
+            else:
+                end(_END)
 
         self._thread = background(run, name="backup-unage")
 
