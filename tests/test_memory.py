@@ -445,12 +445,12 @@ def test_the_checking_parser_and_the_plain_one_agree(
         text = text[:-1] + ("," if text != "{}" else "") + '"n":123456789012345678901234567890}'
     key = "memory:a:PUBLIC:k"
     fast = parse_record(key, text)
-    saved = list(module._fields)
-    module._fields[:] = [None, Exception, json.loads]
+    saved = module._parsers
+    module._parsers = lambda: module._Parsers(None, Exception, json.loads)  # type: ignore[assignment]
     try:
         plain = parse_record(key, text)
     finally:
-        module._fields[:] = saved
+        module._parsers = saved  # type: ignore[assignment]
     assert type(fast) is type(plain)
     if isinstance(fast, Malformed):
         assert fast == plain

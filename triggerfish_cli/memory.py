@@ -30,7 +30,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from triggerfish_cli import audit, cells
 from triggerfish_cli.classification import Level, can_flow_to
@@ -109,8 +109,7 @@ class MemoryRecord:
         """The whole record as a JSON object (parsed when first asked for)."""
         # Exact (msgspec, else json): orjson reads an integer beyond 64 bits as a
         # float, and a rewrite of the record (memory delete) would keep the float.
-        decode = _fields[2] if _fields and _fields[0] is not None else json.loads
-        document = decode(self.value)
+        document = _parsers().exact(self.value)
         assert isinstance(document, dict)
         return document
 
@@ -174,11 +173,11 @@ def parse_record(
     level = LEVELS_BY_NAME.get(parts[2]) if len(parts) == 4 else None
     if level is None or parts[0] != "memory" or not parts[1]:
         return Malformed(skey, "key is not memory:<agent>:<LEVEL>:<key>")
-    decoder = _fields[0] if _fields else _load_fields()
-    if decoder is not None:
+    parsers = _parsers()
+    if parsers.fields is not None:
         try:
-            fields = decoder.decode(value)
-        except _fields[1]:
+            fields = parsers.fields.decode(value)
+        except parsers.error:
             pass  # not well-formed: the checks below say why
         else:
             if fields.classification == parts[2]:
@@ -233,19 +232,23 @@ _new_record = object.__new__
 _set_dict = object.__setattr__
 
 
-#: (decoder, its error, an exact JSON parser) once loaded: see :func:`_load_fields`.
-_fields: list[Any] = []
+class _Parsers(NamedTuple):
+    #: A decoder of the fields a well-formed record must have, checked as it parses
+    #: (msgspec, in C; the other fields are skipped), or None without msgspec.
+    fields: Any
+    #: What ``fields`` raises for a value that is not such a record.
+    error: type[Exception]
+    #: An exact JSON parser (orjson reads an integer beyond 64 bits as a float).
+    exact: Callable[[str], Any]
 
 
-def _load_fields() -> Any:
-    """A decoder of the fields a well-formed record must have, checked as it parses
-    (msgspec, in C; the other fields are skipped), or None without msgspec. Made
-    on first use: a command that parses no record never imports msgspec."""
+@functools.cache
+def _parsers() -> _Parsers:
+    """Made on first use: a command that parses no record never imports msgspec."""
     try:
         import msgspec
     except ImportError:
-        _fields[:] = [None, Exception, json.loads]
-        return None
+        return _Parsers(None, Exception, json.loads)
 
     class Fields(msgspec.Struct, gc=False):
         content: str
@@ -255,8 +258,7 @@ def _load_fields() -> Any:
         createdAt: Any = None
         updatedAt: Any = None
 
-    _fields[:] = [msgspec.json.Decoder(Fields), msgspec.DecodeError, msgspec.json.decode]
-    return _fields[0]
+    return _Parsers(msgspec.json.Decoder(Fields), msgspec.DecodeError, msgspec.json.decode)
 
 
 def disagreement(skey: str, value: str) -> str | None:
