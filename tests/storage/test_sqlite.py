@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -47,6 +49,37 @@ def test_sets_wal_and_a_busy_timeout(tmp_path: Path) -> None:
     assert store.connection.execute("PRAGMA busy_timeout").fetchone()[0] == 1234
     sql = store.connection.execute("SELECT sql FROM sqlite_master WHERE name='kv'").fetchone()[0]
     assert sql == KV_SQL.replace("IF NOT EXISTS ", "")
+
+
+def test_a_second_open_of_the_store_in_our_process_keeps_the_first_ones_locks(
+    tmp_path: Path,
+) -> None:
+    """Opening the store again (a sweep reads on a connection of its own) must not drop
+    the POSIX locks the open connection holds: closing any descriptor of the file would.
+    Without its SHARED lock, another process closing its connection (the gateway's CLI)
+    takes itself for the last one and deletes the WAL we go on writing into: our commits
+    vanish from every other process's view."""
+    db = write_gateway_store(tmp_path / "s.db")
+    first = SqliteStorage(db)
+    first.set("before", "1")
+    second = SqliteStorage(db, read_only=True)
+    assert second.get("before") == "1"
+    second.close()
+    look = (
+        "import sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1])\n"
+        "print(c.execute(\"SELECT value FROM kv WHERE key = 'after'\").fetchone())\n"
+        "c.close()\n"
+    )
+    # another process's connection, opened and closed (the gateway's `cron list`)
+    subprocess.run([sys.executable, "-c", look, str(db)], check=True)
+    assert Path(f"{db}-wal").exists()  # it did not take itself for the last connection
+    first.set("after", "2")
+    seen = subprocess.run(
+        [sys.executable, "-c", look, str(db)], check=True, capture_output=True, text=True
+    )
+    assert seen.stdout.strip() == "('2',)"
+    first.close()
 
 
 def test_missing_file_is_an_error_and_creates_nothing(tmp_path: Path) -> None:

@@ -275,6 +275,22 @@ class SqliteStorage(BaseStorage):
     def describe(self) -> str:
         return f"sqlite:{self.path}"
 
+    @contextmanager
+    def separate_reader(self) -> Iterator[SqliteStorage]:
+        """The same store on a read-only connection of its own, for a long read (a
+        sweep's plan) while this one goes on writing: a read snapshot there never
+        stands in the way of a write transaction here."""
+        reader = SqliteStorage(
+            self.path,
+            busy_timeout_ms=self.busy_timeout_ms,
+            live_writers=self.gate_mode,
+            read_only=True,
+        )
+        try:
+            yield reader
+        finally:
+            reader.close()
+
     @property
     def gate(self) -> WriteGate:
         """The write gate every write transaction on this store passes (write_gate.py)."""
@@ -927,8 +943,12 @@ def _open(path: Path, *, create: bool, busy_timeout_ms: int, read_only: bool = F
         return _Opened(conn, False, True)
     if size:
         try:
-            with path.open("rb") as handle:
-                header = handle.read(len(SQLITE_HEADER))
+            # Through a kept descriptor, never one closed here: closing any descriptor
+            # of the file drops every POSIX lock this process holds on it, and a
+            # connection of ours already open on the store would lose its SHARED
+            # lock; another process closing its own connection would then take itself
+            # for the last one and delete the WAL we are still writing (kept_files.py).
+            header = os.pread(kept_files.kept(str(path)), len(SQLITE_HEADER), 0)
         except OSError as exc:
             raise BackendUnavailableError(f"{path}: cannot read: {exc.strerror}") from exc
         if header != SQLITE_HEADER:
