@@ -14,8 +14,9 @@ meets our lock fails at once), from 1 s before the job until 1 s after:
   ``--live-writers ignore`` (what it costs the gateway without it).
 
 Prints, per job, the median time, the writer's failures (target 0 with the
-gate), its worst and p99 wait, and the gateway's share of the job's wall time
-(1 - the time the gate kept it paused).
+gate), its worst and p99 stall (from when each write was due to when it
+ended, so the gate's pauses count: gateway_writer.py), and the gateway's share
+of the job's wall time (1 - the time the gate kept it paused).
 """
 
 from __future__ import annotations
@@ -31,31 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gateway_writer
 from common import DATA, ROOT, median, scratch_copy, store
-
-TICK = 0.010
-
-WRITER = r"""
-import json, sqlite3, sys, time
-db, out, stop = sys.argv[1:4]
-conn = sqlite3.connect(db, timeout=0, isolation_level=None)
-conn.execute("SELECT count(*) FROM kv").fetchone()
-results, n, start = [], 0, time.perf_counter()
-print("ready", flush=True)
-import os
-while not os.path.exists(stop):
-    n += 1
-    began = time.perf_counter()
-    error = None
-    try:
-        conn.execute("INSERT OR REPLACE INTO kv VALUES (?, ?)",
-                     (f"sessions:bench-gw-{n:08d}", '{"createdAt":"2026-11-01T00:00:00.000Z"}'))
-    except sqlite3.Error as exc:
-        error = str(exc)
-    results.append((time.time(), time.perf_counter() - began, error))
-    time.sleep(max(0.0, start + n * TICK - time.perf_counter()))
-open(out, "w").write(json.dumps(results))
-""".replace("TICK", repr(TICK))
 
 
 def damage_index(db: Path) -> None:
@@ -77,7 +55,16 @@ def run(source: Path, args: list[str], prepare: object, gate: bool) -> dict[str,
     stop, out = DATA / "gate-writer.stop", DATA / "gate-writer.json"
     stop.unlink(missing_ok=True)
     writer = subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(db), str(out), str(stop)], stdout=subprocess.PIPE
+        [
+            sys.executable,
+            gateway_writer.__file__,
+            str(db),
+            str(out),
+            str(stop),
+            "0",
+            "sessions:bench-gw-",
+        ],
+        stdout=subprocess.PIPE,
     )
     assert writer.stdout is not None and writer.stdout.readline().strip() == b"ready"
     time.sleep(1.0)
@@ -95,18 +82,14 @@ def run(source: Path, args: list[str], prepare: object, gate: bool) -> dict[str,
     writer.wait()
     if job.returncode != 0:
         raise SystemExit(f"{args}: {job.stderr}")
-    results = [r for r in json.loads(out.read_text()) if began_wall <= r[0] <= ended_wall + 0.2]
-    waits = sorted(wait for _, wait, _ in results)
+    seen = gateway_writer.summary(json.loads(out.read_text()), began_wall, ended_wall + 0.2)
     gate_stats = _gate_of_last_audit(db)
     for suffix in ("", "-wal", "-shm"):
         Path(str(db) + suffix).unlink(missing_ok=True)
     frozen = float(gate_stats.get("frozen_seconds", 0.0))
     return {
         "seconds": seconds,
-        "writes": len(results),
-        "failures": sum(1 for _, _, error in results if error),
-        "worst_ms": waits[-1] * 1000 if waits else 0.0,
-        "p99_ms": waits[int(0.99 * (len(waits) - 1))] * 1000 if waits else 0.0,
+        **seen,
         "share": 1 - frozen / seconds,
         "freezes": float(gate_stats.get("freezes", 0)),
     }
@@ -142,7 +125,7 @@ def main() -> None:
             print(
                 f"{label:<40} {median([r['seconds'] for r in runs]):6.2f} s  writer: "
                 f"{fails:.0f} failed of {sum(r['writes'] for r in runs):.0f}, "
-                f"worst {worst:5.0f} ms, p99 {p99:4.0f} ms; gateway ran "
+                f"stall worst {worst:5.0f} ms, p99 {p99:4.0f} ms; gateway ran "
                 f"{median([r['share'] for r in runs]):.0%} of the time "
                 f"({median([r['freezes'] for r in runs]):.0f} freezes)  {verdict}",
                 flush=True,

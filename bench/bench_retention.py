@@ -24,10 +24,11 @@ of two kinds, side by side in one run:
 
 Prints throughput (records deleted or trimmed per second of wall time) and
 its ratio (target >= 0.5x raw, with the gateway's kind of writer), per job
-the writer's failures, worst and p99 wait, the WAL left behind, the sweep's
-peak memory, the gateway's share of the sweep's apply phase (the fraction of
-it the write gate did not keep it paused), and whether both removed the same
-keys.
+the writer's failures, worst and p99 stall (from when each write was due to
+when it ended, so the write gate's pauses count: see gateway_writer.py), the
+WAL left behind, the sweep's peak memory, the gateway's share of the sweep's
+apply phase (the fraction of it the write gate did not keep it paused), and
+whether both removed the same keys.
 """
 
 from __future__ import annotations
@@ -43,54 +44,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gateway_writer
 from common import ANCHOR, DATA, ROOT, median, scratch_copy, store
 
-TICK = 0.010
-
-
-# -- the concurrent writer (runs as its own process) ----------------------------------
+# -- the concurrent writer (bench/gateway_writer.py, its own process) ------------------
 
 
 WRITERS = {"gateway": 0.0, "patient": 5.0}  # busy timeout (s)
-
-
-def writer(db: str, out: str, stop: str, timeout: str) -> None:
-    conn = sqlite3.connect(db, timeout=float(timeout), isolation_level=None)
-    conn.execute("SELECT count(*) FROM kv").fetchone()  # open, WAL index built
-    results: list[tuple[float, float, str | None]] = []
-    body = "x" * 300
-    start = time.perf_counter()
-    n = 0
-    print("ready", flush=True)
-    while not os.path.exists(stop):
-        n += 1
-        key = f"conv:bench-writer:{n:012d}"
-        value = json.dumps(
-            {
-                "session_id": "bench-writer",
-                "timestamp": "2026-11-01T00:00:00.000Z",
-                "sequence": n,
-                "content": body,
-            }
-        )
-        began = time.perf_counter()
-        error = None
-        try:
-            conn.execute("INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", (key, value))
-        except sqlite3.Error as exc:
-            error = str(exc)
-        ended = time.perf_counter()
-        results.append((began - start, ended - began, error))
-        next_tick = start + n * TICK
-        now = time.perf_counter()
-        if next_tick > now:
-            time.sleep(next_tick - now)
-        else:  # blocked past its slots: carry on from now, never burst
-            n = int((now - start) / TICK)
-    conn.close()
-    Path(out).write_text(
-        json.dumps({"start_wall": time.time() - (time.perf_counter() - start), "results": results})
-    )
 
 
 # -- the jobs ---------------------------------------------------------------------------
@@ -217,7 +177,14 @@ def run(kind: str, source: Path, extra: list[str], writer_kind: str) -> dict[str
     stop.unlink(missing_ok=True)
     timeout = str(WRITERS[writer_kind])
     proc = subprocess.Popen(
-        [sys.executable, __file__, "--writer", str(db), str(out), str(stop), timeout],
+        [
+            sys.executable,
+            str(Path(__file__).with_name("gateway_writer.py")),
+            str(db),
+            str(out),
+            str(stop),
+            timeout,
+        ],
         stdout=subprocess.PIPE,
     )
     try:
@@ -231,15 +198,14 @@ def run(kind: str, source: Path, extra: list[str], writer_kind: str) -> dict[str
     finally:
         stop.touch()
         proc.wait()
-    data = json.loads(out.read_text())
-    base = data["start_wall"]
-    window = [(at, wait, err) for at, wait, err in data["results"] if base + at >= job_start]
-    before = [wait for at, wait, err in data["results"] if base + at < job_start and not err]
-    waits = [wait for _, wait, _ in window]
+    results = json.loads(out.read_text())
+    ended = job_start + seconds
+    seen = gateway_writer.summary(results, job_start, ended + 2.0)
+    idle = gateway_writer.summary(results, 0.0, job_start)
     slow = [
-        (round(base + at - job_start, 1), round(wait * 1000))
-        for at, wait, _ in window
-        if wait > 0.1
+        (round(float(due) - job_start, 1), round(float(stall) * 1000))
+        for due, _, stall, _ in results
+        if due >= job_start and stall > 0.1
     ]
     phase = ""
     share = None
@@ -268,17 +234,13 @@ def run(kind: str, source: Path, extra: list[str], writer_kind: str) -> dict[str
         "changed": changed,
         "rate": changed / seconds,
         "rss_mib": rss,
-        "writes": len(window),
-        "failures": sum(1 for _, _, err in window if err),
-        "worst_ms": max(waits) * 1000,
-        "p99_ms": sorted(waits)[int(0.99 * (len(waits) - 1))] * 1000,
-        "median_ms": median(waits) * 1000,
-        "idle_p99_ms": sorted(before)[int(0.99 * (len(before) - 1))] * 1000 if before else 0,
+        **seen,
+        "idle_p99_ms": idle["p99_ms"],
         "wal_mib": wal_size / 2**20,
         "keys": {k for k in keys if not k.startswith(("audit:", "conv:bench-writer:"))},
         "slow": slow,
         "phase": phase,
-        "idle_worst_ms": max(before) * 1000 if before else 0,
+        "idle_worst_ms": idle["worst_ms"],
     }
 
 
@@ -301,8 +263,10 @@ def main() -> None:
             print(
                 f"# {job:<4} {who:<7} {result['seconds']:7.2f} s  {result['changed']:>7} records"
                 f"  {result['rate']:8.0f}/s  writer: {result['failures']} failed of "
-                f"{result['writes']}, worst {result['worst_ms']:6.0f} ms, p99 "
-                f"{result['p99_ms']:5.0f} ms, median {result['median_ms']:4.1f} ms "
+                f"{result['writes']}, stall worst {result['worst_ms']:6.0f} ms, p99 "
+                f"{result['p99_ms']:5.0f} ms, median {result['median_ms']:4.1f} ms (the "
+                f"write calls alone: p99 {result['call_p99_ms']:4.0f}, worst "
+                f"{result['call_worst_ms']:4.0f} ms) "
                 f"(before the job: p99 {result['idle_p99_ms']:4.1f}, "
                 f"worst {result['idle_worst_ms']:4.0f} ms); WAL left "
                 f"{result['wal_mib']:.1f} MiB; peak RSS {result['rss_mib']:.0f} MiB",
@@ -348,7 +312,7 @@ def main() -> None:
             ok = fails == 0 and worst <= 100 and p99 <= 30
             verdict = f"targets 0 / 100 / 30  {'OK' if ok else 'MISSED'}"
         print(
-            f"writer ({who}) during {job:<5} failures {fails:4.0f}  worst {worst:6.0f} ms  "
+            f"writer ({who}) during {job:<5} failures {fails:4.0f}  worst stall {worst:6.0f} ms  "
             f"p99 (median of runs) {p99:5.0f} ms  p99 worst run {max(col(kind, 'p99_ms')):5.0f}"
             f" ms  {verdict}"
         )
@@ -361,7 +325,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--writer":
-        writer(*sys.argv[2:6])
-    else:
-        main()
+    main()

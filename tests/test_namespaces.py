@@ -185,6 +185,18 @@ _values = st.one_of(
     st.text(max_size=5),
     st.just("[1]"),
     st.just("{broken"),
+    # what a reader of only some fields (the scan's fast path) could read otherwise
+    st.sampled_from(
+        [
+            '{"timestamp":"2026-01-01T00:00:00.000Z","timestamp":"2026-02-01T00:00:00.000Z"}',
+            '{"createdAt":"2026-01-01T00:00:00.000Z","x":"\\ud800"}',
+            '{"createdAt":"2026-01-01T00:00:00.000Z","n":123456789012345678901234567890}',
+            '{"createdAt":"2026-01-01T00:00:00.000Z","n":NaN}',
+            '{"createdAt":"2026-01-01T00:00:00.000Z"} trailing',
+            '{"createdAt":{"at":"2026-01-01T00:00:00.000Z"},"timestamp":"2026-01-01T00:00:00Z"}',
+            '{"updatedAt":null,"completedAt":"2026-03-31T10:00:00Z"}',
+        ]
+    ),
 )
 
 

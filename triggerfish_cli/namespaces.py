@@ -27,6 +27,7 @@ to at most one namespace.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -276,10 +277,9 @@ def time_reader(
     if not fields:
         return lambda key, value: None
     parse = loads or _json_loads
+    fast = _fields_decoder(tuple(fields))
 
-    def read(key: str, value: str) -> str | None:
-        if not value or value[0] != "{":
-            return None
+    def exact(value: str) -> str | None:
         try:
             document = parse(value)
         except ValueError:
@@ -292,7 +292,41 @@ def time_reader(
                 return moment
         return None
 
+    if fast is None:
+        return lambda key, value: exact(value) if value and value[0] == "{" else None
+    decode, failed = fast
+
+    def read(key: str, value: str) -> str | None:
+        if not value or value[0] != "{":
+            return None
+        try:
+            found = decode(value)
+        except failed:  # malformed, or not an object: as the full parser sees it
+            return exact(value)
+        for field in fields:
+            moment = canonical_iso(getattr(found, field))
+            if moment is not None:
+                return moment
+        return None
+
     return read
+
+
+@functools.cache
+def _fields_decoder(
+    fields: tuple[str, ...],
+) -> tuple[Callable[[str], Any], type[Exception] | tuple[type[Exception], ...]] | None:
+    """A decoder of just these top-level fields of a JSON object, the rest skipped
+    unread (msgspec, in C: about 3x faster than a full parse of a message), and what it
+    raises; None without msgspec or for a field name it cannot take."""
+    try:
+        import msgspec
+    except ImportError:  # pragma: no cover - msgspec is a dependency
+        return None
+    if not all(field.isidentifier() for field in fields):
+        return None
+    struct = msgspec.defstruct("Times", [(field, object, None) for field in fields], gc=False)
+    return msgspec.json.Decoder(struct).decode, (msgspec.DecodeError, msgspec.ValidationError)
 
 
 def _record(

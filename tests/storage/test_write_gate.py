@@ -27,6 +27,7 @@ from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention import defaults
 from triggerfish_cli.retention_sweep import read_plan
 from triggerfish_cli.storage.live_writers import (
+    SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
     LiveWriter,
     LsofTable,
@@ -34,6 +35,7 @@ from triggerfish_cli.storage.live_writers import (
     live_writers,
     lock_holders,
     shm_lock_holder,
+    shm_readers,
     store_files,
 )
 from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -82,6 +84,45 @@ def test_the_lock_table_shows_every_connection_of_a_wal_store(db: Path, tmp_path
     assert lock_holders(store_files(rollback)) is None  # no -shm: cannot tell
 
 
+def test_a_read_snapshot_shows_in_that_process_own_lock_list(db: Path) -> None:
+    """The gate asks each paused writer's /proc/<pid>/fdinfo whether it holds a read
+    mark (a snapshot it may write from), not the machine-wide /proc/locks, whose
+    listing took 6-15 ms inside each freeze; both must agree."""
+    shm = store_files(db)[2]
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys\n"
+            "c = sqlite3.connect(sys.argv[1], timeout=0, isolation_level=None)\n"
+            "c.execute('SELECT count(*) FROM kv').fetchone()\n"
+            "print('open', flush=True); sys.stdin.readline()\n"
+            "c.execute('BEGIN'); c.execute('SELECT count(*) FROM kv').fetchone()\n"
+            "print('reading', flush=True); sys.stdin.readline()\n"
+            "c.execute('COMMIT'); print('done', flush=True); sys.stdin.readline()\n",
+            str(db),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert reader.stdin is not None and reader.stdout is not None
+    try:
+        seen = []
+        for step in ("open", "reading", "done"):
+            assert reader.stdout.readline().strip() == step
+            holds = TABLE.holds_read_mark(reader.pid, shm)
+            everyone = shm_readers(db)
+            seen.append((holds, everyone is not None and reader.pid in everyone))
+            reader.stdin.write("\n")
+            reader.stdin.flush()
+        assert seen == [(False, False), (True, True), (False, False)]
+        assert TABLE.holds_read_mark(os.getpid() + 10**7, shm) is None  # no such process
+    finally:
+        reader.kill()
+        reader.wait()
+
+
 @pytest.mark.skipif(
     shutil.which("lsof") is None and not os.environ.get("CI"), reason="lsof is not installed"
 )
@@ -121,6 +162,34 @@ def test_a_write_pauses_the_writer_and_resumes_it(db: Path, tmp_path: Path) -> N
     assert stats["freezes"] == 1 and stats["live_writers"] == 1
     assert stats["longest_freeze_ms"] < 300
     assert gateway_writer.report(tmp_path).fail == 0
+
+
+def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else the writer's next commit runs the automatic checkpoint of all our pages
+    (its wal_autocheckpoint) inside itself: 30-40 ms of a chat message's write."""
+    store = SqliteStorage(db)
+    at_resume: list[tuple[int | None, tuple[int, int, int]]] = []
+    resume = WriteGate._resume
+
+    def look(self: WriteGate, freeze: _Freeze) -> None:
+        at_resume.append((shm_lock_holder(db, SHM_CKPT_LOCK), self.last_checkpoint))
+        resume(self, freeze)
+
+    monkeypatch.setattr(WriteGate, "_resume", look)
+    big = "x" * 3_000_000  # ~750 pages: a checkpoint with something to copy
+    with gateway_writer.running(db, tmp_path):
+        time.sleep(0.05)
+        for n in range(5):
+            store.set(f"ours:{n}", big)
+        store.gate.settle()
+    store.close()
+    assert gateway_writer.report(tmp_path).fail == 0
+    assert len(at_resume) >= 5
+    for holder, (busy, frames, done) in at_resume:
+        # ours holds the checkpoint lock, or already ran to its end
+        assert holder == os.getpid() or (frames and frames == done and not busy)
 
 
 def test_no_live_writer_means_no_freeze_and_no_watchdog(db: Path) -> None:

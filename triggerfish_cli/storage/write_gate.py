@@ -64,6 +64,7 @@ from triggerfish_cli import threads
 from triggerfish_cli.errors import BusyError, UsageError
 from triggerfish_cli.storage.live_writers import (
     GONE,
+    SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
     STOPPED,
     LiveWriter,
@@ -166,6 +167,8 @@ POLL = 0.0005
 #: timeout), so it is let run on first. A snapshot held longer is a reader's
 #: (a backup, a search): it never writes from it, and is not waited for.
 READ_GRACE = 0.05
+#: How long a freeze waits, after our commit, for our checkpoint to take its lock.
+CHECKPOINT_GRAB = 0.003
 
 #: How often a transaction cut short is tried again before giving up: a cut is
 #: usually a hiccup (our process descheduled on a loaded machine), not its size.
@@ -231,6 +234,7 @@ class Checkpointer:
     def __init__(self, db: Path) -> None:
         from urllib.parse import quote
 
+        self.db = db
         self.uri = f"file:{quote(os.path.realpath(db))}?mode=rw"
         self.last: tuple[int, int, int] = (0, 0, 0)
         self._wake = threading.Condition()
@@ -243,6 +247,26 @@ class Checkpointer:
         with self._wake:
             self._pending = True
             self._wake.notify_all()
+
+    def start(self, timeout: float) -> None:
+        """Start a checkpoint and return once it holds SQLite's checkpoint lock (or ended).
+
+        Called while the live writers are still paused, just after our commit:
+        the writer that runs first afterwards would otherwise run the automatic
+        checkpoint of all our pages inside its own commit (its default
+        ``wal_autocheckpoint``), which made that write take 30-40 ms. With
+        ours holding the lock, theirs is skipped. Waits at most ``timeout``.
+        """
+        self.poke()
+        me = os.getpid()
+        until = time.monotonic() + timeout
+        while time.monotonic() < until:
+            if shm_lock_holder(self.db, SHM_CKPT_LOCK) == me:
+                return
+            with self._wake:
+                if not self._pending and not self._running:
+                    return  # already over
+            time.sleep(0.0001)
 
     def wait(self, timeout: float) -> None:
         until = time.monotonic() + timeout
@@ -416,6 +440,7 @@ class WriteGate:
                         with self._capped(conn, freeze):
                             yield conn
                         conn.execute("COMMIT")
+                        self._checkpoint_first()
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -424,7 +449,7 @@ class WriteGate:
                         self.last_hold, self.last_frozen = time.monotonic() - began, True
                         self.stats.held_seconds += self.last_hold
                         self._thaw(freeze)
-                    self._after_commit(conn)
+                    self._after_commit(conn, checkpointing=True)
                     return
             if time.monotonic() >= give_up:
                 raise BusyError(
@@ -476,12 +501,17 @@ class WriteGate:
             if shm_lock_holder(self.db, SHM_WRITE_LOCK) is None:
                 return
 
+    def rest_left(self) -> float:
+        """Seconds until the next freeze may begin (0: now). A long job can do other work
+        meanwhile (a sweep reads on) instead of waiting in :meth:`transaction`."""
+        if not self._resumed_at:
+            return 0.0
+        rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
+        return max(0.0, self._resumed_at + rest - time.monotonic())
+
     def _rest(self) -> None:
         """Let the gateway run ``rest_ratio`` times as long as our last freeze stopped it."""
-        if not self._resumed_at:
-            return
-        rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
-        left = self._resumed_at + rest - time.monotonic()
+        left = self.rest_left()
         if left > 0:
             time.sleep(left)
 
@@ -527,9 +557,7 @@ class WriteGate:
 
     def _mid_write(self, freeze: _Freeze) -> bool:
         """A stopped writer holds a read snapshot, and has not yet for ``READ_GRACE``."""
-        stopped = {writer.pid for writer in freeze.stopped}
-        readers = shm_readers(self.db) if stopped else None
-        if not readers or not readers & stopped:
+        if not freeze.stopped or not self._reading(freeze):
             self._reading_since = None
             return False
         now = time.monotonic()
@@ -539,6 +567,23 @@ class WriteGate:
             return True
         self._reading_since = None  # a reader's long snapshot: it will not write from it
         return False
+
+    def _reading(self, freeze: _Freeze) -> bool:
+        """Whether one of the stopped writers holds a read snapshot: each one's own lock
+        list where it can be read (a fraction of a millisecond), else the machine's."""
+        assert self.table is not None
+        shm = store_files(self.db)[2]
+        unknown = []
+        for writer in freeze.stopped:
+            holds = self.table.holds_read_mark(writer.pid, shm)
+            if holds:
+                return True
+            if holds is None:
+                unknown.append(writer.pid)
+        if not unknown:
+            return False
+        readers = shm_readers(self.db)
+        return bool(readers and readers.intersection(unknown))
 
     def _stop(self, freeze: _Freeze, writers: Sequence[LiveWriter]) -> bool:
         """SIGSTOP ``writers`` (registered with the watchdog first); wait for every thread."""
@@ -671,7 +716,15 @@ class WriteGate:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint=0")
 
-    def _after_commit(self, conn: sqlite3.Connection) -> None:
+    def _checkpoint_first(self) -> None:
+        """Our commit's checkpoint, started before the paused writers run (Checkpointer.start)."""
+        if not self._wal_mode:
+            return
+        if self._checkpointer is None:
+            self._checkpointer = Checkpointer(self.db)
+        self._checkpointer.start(CHECKPOINT_GRAB)
+
+    def _after_commit(self, conn: sqlite3.Connection, *, checkpointing: bool = False) -> None:
         """With everyone running again: make the commit durable, keep the WAL short.
 
         The checkpoint runs beside us, on a connection and thread of its own
@@ -684,6 +737,8 @@ class WriteGate:
             if wal is not None:
                 with contextlib.suppress(OSError):
                     os.fsync(wal)
+        if checkpointing:
+            return  # started before the thaw
         if self._checkpointer is None:
             self._checkpointer = Checkpointer(self.db)
         self._checkpointer.poke()
