@@ -12,8 +12,9 @@ What it holds:
   environment variable, the ``storage:`` section, the gateway's default and
   which of its rules); whether it exists; its id (storage/identity.py);
 - SQLite: file size, WAL size, journal mode, whether it can only be read
-  here; the live writers the write gate would pause (pid, command, user,
-  whether we may signal them);
+  here; a note when the gateway's ``gateway.token`` beside the store can be
+  read by group or others (the gateway writes it 0600); the live writers the
+  write gate would pause (pid, command, user, whether we may signal them);
 - the gateway's daemon: ``<base>/daemon.json`` (its start time) and the
   processes that have that file open (or its pid, alive);
 - from our audit records: the last sweep and the last backup; the newest
@@ -179,6 +180,9 @@ def _sqlite_parts(report: StatusReport, provider: Any) -> None:
 
     report.read_only = bool(getattr(provider, "read_only", False))
     report.sqlite = _part(report, "files", files)
+    loose = token_exposed(path.parent / TOKEN_FILE)
+    if loose is not None:
+        report.notes.append(loose)
 
     def writers() -> list[dict[str, Any]]:
         from triggerfish_cli.storage.live_writers import live_writers
@@ -189,6 +193,25 @@ def _sqlite_parts(report: StatusReport, provider: Any) -> None:
 
 
 # -- the parts ---------------------------------------------------------------------------
+
+#: The gateway's API token beside its store (newer builds; rewritten 0600 at every start).
+TOKEN_FILE = "gateway.token"
+
+
+def token_exposed(token: Path) -> str | None:
+    """A note when the gateway's token can be read by others than its owner (None: it
+    cannot, or there is none). Its content is never read."""
+    try:
+        mode = token.stat().st_mode & 0o777
+    except OSError:
+        return None
+    if not mode & 0o077:
+        return None
+    return (
+        f"{token} is readable by others (mode {mode:04o}): it is the gateway's API "
+        f"token, which the gateway writes 0600; chmod 600 {token}"
+    )
+
 
 
 def daemon_state(path: Path) -> dict[str, Any]:

@@ -97,6 +97,22 @@ def test_status_reads_only(base_dir: Path) -> None:
     assert sorted((p.name, p.stat().st_size, p.read_bytes()) for p in db.parent.iterdir()) == before
 
 
+def test_status_notes_a_gateway_token_others_can_read(base_dir: Path) -> None:
+    """Newer gateways keep their API token beside the store, 0600 (UPSTREAM.md): a looser
+    mode (a copy, a restore by hand) is a note; the token itself is never read."""
+    db = write_gateway_store(base_dir / "data" / "triggerfish.db")
+    token = db.parent / "gateway.token"
+    token.write_text("a" * 64)
+    token.chmod(0o600)
+    code, report, _ = status(base_dir)
+    assert code == 0 and not any("gateway.token" in note for note in report["notes"])
+    token.chmod(0o644)
+    code, report, _ = status(base_dir)
+    [note] = [note for note in report["notes"] if "gateway.token" in note]
+    assert code == 0 and "mode 0644" in note and f"chmod 600 {token}" in note
+    assert "a" * 8 not in json.dumps(report)
+
+
 def test_status_of_a_missing_store_is_exit_7_with_the_report(base_dir: Path) -> None:
     code, report, stderr = status(base_dir)
     assert code == 7
