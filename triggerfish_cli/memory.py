@@ -182,17 +182,21 @@ def parse_record(
         else:
             if fields.classification == parts[2]:
                 record = _new_record(MemoryRecord)
-                _set_dict(record, "__dict__", {
-                    "agent": parts[1],
-                    "level": level,
-                    "key": parts[3],
-                    "content": fields.content,
-                    "tags": tuple(fields.tags),
-                    "expired": fields.expired,
-                    "created_at": fields.createdAt,
-                    "updated_at": fields.updatedAt,
-                    "value": value,
-                })
+                _set_dict(
+                    record,
+                    "__dict__",
+                    {
+                        "agent": parts[1],
+                        "level": level,
+                        "key": parts[3],
+                        "content": fields.content,
+                        "tags": tuple(fields.tags),
+                        "expired": fields.expired,
+                        "created_at": fields.createdAt,
+                        "updated_at": fields.updatedAt,
+                        "value": value,
+                    },
+                )
                 return record
     try:
         document = (loads or fast_loads())(value)
@@ -214,17 +218,21 @@ def parse_record(
     if document.get("classification") != parts[2]:
         return Malformed(skey, f"classification is not {parts[2]}, the level in its key")
     record = _new_record(MemoryRecord)
-    _set_dict(record, "__dict__", {
-        "agent": parts[1],
-        "level": level,
-        "key": parts[3],
-        "content": content,
-        "tags": tuple(tags),
-        "expired": expired,
-        "created_at": document.get("createdAt"),
-        "updated_at": document.get("updatedAt"),
-        "value": value,
-    })
+    _set_dict(
+        record,
+        "__dict__",
+        {
+            "agent": parts[1],
+            "level": level,
+            "key": parts[3],
+            "content": content,
+            "tags": tuple(tags),
+            "expired": expired,
+            "created_at": document.get("createdAt"),
+            "updated_at": document.get("updatedAt"),
+            "value": value,
+        },
+    )
     return record
 
 
@@ -237,7 +245,7 @@ class _Parsers(NamedTuple):
     #: (msgspec, in C; the other fields are skipped), or None without msgspec.
     fields: Any
     #: What ``fields`` raises for a value that is not such a record.
-    error: type[Exception]
+    error: type[Exception] | tuple[type[Exception], ...]
     #: An exact JSON parser (orjson reads an integer beyond 64 bits as a float).
     exact: Callable[[str], Any]
 
@@ -258,7 +266,14 @@ def _parsers() -> _Parsers:
         createdAt: Any = None
         updatedAt: Any = None
 
-    return _Parsers(msgspec.json.Decoder(Fields), msgspec.DecodeError, msgspec.json.decode)
+    def exact(text: str) -> Any:
+        try:
+            return msgspec.json.decode(text)
+        except UnicodeEncodeError:  # text that is not UTF-8 (cells.py): msgspec cannot take it
+            return json.loads(text)
+
+    # UnicodeEncodeError: the same, from the fields' decoder (the checks below it then say)
+    return _Parsers(msgspec.json.Decoder(Fields), (msgspec.DecodeError, UnicodeEncodeError), exact)
 
 
 def disagreement(skey: str, value: str) -> str | None:

@@ -326,7 +326,8 @@ def _fields_decoder(
     if not all(field.isidentifier() for field in fields):
         return None
     struct = msgspec.defstruct("Times", [(field, object, None) for field in fields], gc=False)
-    return msgspec.json.Decoder(struct).decode, (msgspec.DecodeError, msgspec.ValidationError)
+    # UnicodeEncodeError: text that is not UTF-8 (cells.py), which msgspec cannot encode
+    return msgspec.json.Decoder(struct).decode, (msgspec.DecodeError, UnicodeEncodeError)
 
 
 def _record(

@@ -301,11 +301,18 @@ def test_memory_commands_skip_an_odd_memory_row_naming_it(db: Path, tmp_path: Pa
         )
         conn.execute("INSERT INTO kv VALUES (?, ?)", ("memory:main-session:PUBLIC:blob", b"\x00"))
         conn.execute("INSERT INTO kv VALUES (?, ?)", ("memory:main-session:PUBLIC:k", record))
+        # a value in the record's shape whose text is not UTF-8 (the JSON parsers' edge)
+        odd_text = record.replace('"k"', '"odd"').encode().replace(b"world", b"w\xffrld")
+        conn.execute(
+            "INSERT INTO kv VALUES (?, CAST(? AS TEXT))",
+            ("memory:main-session:PUBLIC:odd", odd_text),
+        )
         conn.commit()
     listed = ok("--db", str(db), "memory", "list", base=tmp_path)
     assert b"hello world" in listed.stdout
     assert b"skipped memory:main-session:PUBLIC:k\\xff: key is not UTF-8 text" in listed.stderr
     assert b"skipped memory:main-session:PUBLIC:blob: value is not UTF-8 text" in listed.stderr
+    assert b"skipped memory:main-session:PUBLIC:odd: value is not UTF-8 text" in listed.stderr
     ok("--db", str(db), "memory", "reindex", base=tmp_path)
     assert b"hello" in ok("--db", str(db), "memory", "search", "hello", base=tmp_path).stdout
     ok("--db", str(db), "memory", "stats", base=tmp_path)

@@ -61,7 +61,12 @@ def test_a_sweep_while_another_process_holds_the_lock_is_exit_6_or_waits(
             "-f", "json",
         )  # fmt: skip
         assert ok.exit_code == 0, ok.stderr
-        assert ok.json()["deleted"] == 8  # type: ignore[index]
+        done = ok.json()
+        assert isinstance(done, dict)
+        # The holder may still have the store open for a moment after it let go: a live
+        # writer, so its cron-history (1 of the 8) is rightly left for later then.
+        history = {n["namespace"]: n for n in done["namespaces"]}["cron-history:"]
+        assert done["deleted"] == done["planned"] == 7 + history["planned"]
         assert holder.wait(30) == 0  # the holder had the lock until it let go
     finally:
         if holder.poll() is None:
