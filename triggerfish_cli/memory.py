@@ -182,21 +182,17 @@ def parse_record(
         else:
             if fields.classification == parts[2]:
                 record = _new_record(MemoryRecord)
-                _set_dict(
-                    record,
-                    "__dict__",
-                    {
-                        "agent": parts[1],
-                        "level": level,
-                        "key": parts[3],
-                        "content": fields.content,
-                        "tags": tuple(fields.tags),
-                        "expired": fields.expired,
-                        "created_at": fields.createdAt,
-                        "updated_at": fields.updatedAt,
-                        "value": value,
-                    },
-                )
+                _set_dict(record, "__dict__", {
+                    "agent": parts[1],
+                    "level": level,
+                    "key": parts[3],
+                    "content": fields.content,
+                    "tags": tuple(fields.tags),
+                    "expired": fields.expired,
+                    "created_at": fields.createdAt,
+                    "updated_at": fields.updatedAt,
+                    "value": value,
+                })
                 return record
     try:
         document = (loads or fast_loads())(value)
@@ -218,21 +214,17 @@ def parse_record(
     if document.get("classification") != parts[2]:
         return Malformed(skey, f"classification is not {parts[2]}, the level in its key")
     record = _new_record(MemoryRecord)
-    _set_dict(
-        record,
-        "__dict__",
-        {
-            "agent": parts[1],
-            "level": level,
-            "key": parts[3],
-            "content": content,
-            "tags": tuple(tags),
-            "expired": expired,
-            "created_at": document.get("createdAt"),
-            "updated_at": document.get("updatedAt"),
-            "value": value,
-        },
-    )
+    _set_dict(record, "__dict__", {
+        "agent": parts[1],
+        "level": level,
+        "key": parts[3],
+        "content": content,
+        "tags": tuple(tags),
+        "expired": expired,
+        "created_at": document.get("createdAt"),
+        "updated_at": document.get("updatedAt"),
+        "value": value,
+    })
     return record
 
 

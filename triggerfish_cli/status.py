@@ -208,10 +208,9 @@ def token_exposed(token: Path) -> str | None:
     if not mode & 0o077:
         return None
     return (
-        f"{token} is readable by others (mode {mode:04o}): it is the gateway's API "
-        f"token, which the gateway writes 0600; chmod 600 {token}"
+        f"{token} can be read by group or others (mode {mode:04o}): it is the gateway's "
+        f"API token, which the gateway writes 0600; chmod 600 {token}"
     )
-
 
 
 def daemon_state(path: Path) -> dict[str, Any]:

@@ -26,6 +26,7 @@ from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention import defaults
 from triggerfish_cli.retention_sweep import read_plan
+from triggerfish_cli.storage import write_gate as write_gate_module
 from triggerfish_cli.storage.live_writers import (
     SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
@@ -178,6 +179,8 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
         resume(self, freeze)
 
     monkeypatch.setattr(WriteGate, "_resume", look)
+    # the mechanism, not this machine's scheduling: a thread woken within a second
+    monkeypatch.setattr(write_gate_module, "CHECKPOINT_GRAB", 1.0)
     big = "x" * 3_000_000  # ~750 pages: a checkpoint with something to copy
     with gateway_writer.running(db, tmp_path):
         time.sleep(0.05)

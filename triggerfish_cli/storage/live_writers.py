@@ -72,7 +72,8 @@ class ProcessTable:
 
     def __init__(self) -> None:
         self.me = os.getpid()
-        #: pid -> the descriptor through which it has a file open (:meth:`holds_read_mark`).
+        #: (pid, file) -> the descriptor through which it has the file open
+        #: (:meth:`holds_read_mark`; checked against the file's inode at each use).
         self._fds: dict[tuple[int, str], str] = {}
 
     def pids(self) -> set[int]:

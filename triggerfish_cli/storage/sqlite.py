@@ -275,22 +275,6 @@ class SqliteStorage(BaseStorage):
     def describe(self) -> str:
         return f"sqlite:{self.path}"
 
-    @contextmanager
-    def separate_reader(self) -> Iterator[SqliteStorage]:
-        """The same store on a read-only connection of its own, for a long read (a
-        sweep's plan) while this one goes on writing: a read snapshot there never
-        stands in the way of a write transaction here."""
-        reader = SqliteStorage(
-            self.path,
-            busy_timeout_ms=self.busy_timeout_ms,
-            live_writers=self.gate_mode,
-            read_only=True,
-        )
-        try:
-            yield reader
-        finally:
-            reader.close()
-
     @property
     def gate(self) -> WriteGate:
         """The write gate every write transaction on this store passes (write_gate.py)."""

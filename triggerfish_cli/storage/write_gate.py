@@ -21,9 +21,12 @@ transaction this tool makes on a SQLite store passes through
    everyone running, and freeze again the moment it is free (no rescan in
    between: a gateway's gap between two writes can be a few milliseconds);
 5. run the caller's statements (a SQLite progress handler rolls them back if
-   the freeze would outlast ``cap``), COMMIT, SIGCONT at once; then, with
-   everyone running again, make the commit durable (fsync of the WAL) and
-   checkpoint (PASSIVE) outside the freeze.
+   the freeze would outlast ``cap``), COMMIT, start the PASSIVE checkpoint of
+   our pages on a thread of its own and wait (a fraction of a millisecond)
+   until it holds SQLite's checkpoint lock, so that the writer that runs
+   first does not run that checkpoint inside its own commit; SIGCONT at once;
+   then, with everyone running again, make the commit durable (fsync of the
+   WAL) while the checkpoint goes on.
 
 The watchdog (:mod:`triggerfish_cli.storage.watchdog`) is a process of its own,
 in its own session, started before the first freeze: it resumes every frozen
@@ -238,6 +241,7 @@ class Checkpointer:
         self.uri = f"file:{quote(os.path.realpath(db))}?mode=rw"
         self.last: tuple[int, int, int] = (0, 0, 0)
         self._wake = threading.Condition()
+        self._opened = threading.Event()
         self._pending = False
         self._running = False
         self._stop = False
@@ -277,11 +281,17 @@ class Checkpointer:
                     return
                 self._wake.wait(left)
 
+    def ready(self, timeout: float) -> None:
+        """Wait (at most ``timeout``) until the thread has its connection open."""
+        self._opened.wait(timeout)
+
     def _run(self) -> None:
         try:
             conn = sqlite3.connect(self.uri, uri=True, isolation_level=None, timeout=0)
         except sqlite3.Error:
             conn = None
+        finally:
+            self._opened.set()
         try:
             while True:
                 with self._wake:
@@ -432,6 +442,8 @@ class WriteGate:
         self.refuse_if_needed(writers)
         give_up = time.monotonic() + self.patience
         backoff = 0.002
+        if writers and self._wal_mode:
+            self._checkpointer_ready()
         while writers:
             self._rest()
             self._await_write_lock(give_up)
@@ -439,11 +451,12 @@ class WriteGate:
                 freeze = self._freeze(conn, writers)
                 if freeze is not None:
                     began = time.monotonic()
+                    committed = False
                     try:
                         with self._capped(conn, freeze):
                             yield conn
                         conn.execute("COMMIT")
-                        self._checkpoint_first()
+                        committed = True
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -451,6 +464,8 @@ class WriteGate:
                     finally:
                         self.last_hold, self.last_frozen = time.monotonic() - began, True
                         self.stats.held_seconds += self.last_hold
+                        if committed:
+                            self._checkpoint_first()
                         self._thaw(freeze)
                     self._after_commit(conn, checkpointing=True)
                     return
@@ -505,8 +520,7 @@ class WriteGate:
                 return
 
     def rest_left(self) -> float:
-        """Seconds until the next freeze may begin (0: now). A long job can do other work
-        meanwhile (a sweep reads on) instead of waiting in :meth:`transaction`."""
+        """Seconds until the next freeze may begin (0: now)."""
         if not self._resumed_at:
             return 0.0
         rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
@@ -722,13 +736,29 @@ class WriteGate:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint=0")
 
+    def _checkpointer_ready(self) -> None:
+        """The checkpoint thread started and its connection open, before the first freeze
+        (opening it inside one would outlast :data:`CHECKPOINT_GRAB`)."""
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = Checkpointer(self.db)
+            self._checkpointer.ready(1.0)
+        except (OSError, RuntimeError):
+            pass  # then our checkpoint may start late once: the writer's may run instead
+
     def _checkpoint_first(self) -> None:
-        """Our commit's checkpoint, started before the paused writers run (Checkpointer.start)."""
+        """Our commit's checkpoint, started before the paused writers run (Checkpointer.start).
+
+        Never fails the transaction, which is committed: a checkpoint that cannot
+        start now runs after the next commit."""
         if not self._wal_mode:
             return
-        if self._checkpointer is None:
-            self._checkpointer = Checkpointer(self.db)
-        self._checkpointer.start(CHECKPOINT_GRAB)
+        try:
+            if self._checkpointer is None:
+                self._checkpointer = Checkpointer(self.db)
+            self._checkpointer.start(CHECKPOINT_GRAB)
+        except (OSError, RuntimeError, sqlite3.Error):
+            pass
 
     def _after_commit(self, conn: sqlite3.Connection, *, checkpointing: bool = False) -> None:
         """With everyone running again: make the commit durable, keep the WAL short.
