@@ -266,11 +266,8 @@ class Checkpointer:
         me = os.getpid()
         until = time.monotonic() + timeout
         while time.monotonic() < until:
-            if shm_lock_holder(self.db, SHM_CKPT_LOCK) == me:
-                return
-            with self._wake:
-                if not self._pending and not self._running:
-                    return  # already over
+            if shm_lock_holder(self.db, SHM_CKPT_LOCK) == me or not self.active:
+                return  # holding the lock, or already over
             time.sleep(0.0001)
 
     def wait(self, timeout: float) -> None:
@@ -281,6 +278,12 @@ class Checkpointer:
                 if left <= 0:
                     return
                 self._wake.wait(left)
+
+    @property
+    def active(self) -> bool:
+        """A checkpoint is asked for or under way (its result not yet in :attr:`last`)."""
+        with self._wake:
+            return self._pending or self._running
 
     def ready(self, timeout: float) -> None:
         """Wait (at most ``timeout``) until the thread has its connection open."""
