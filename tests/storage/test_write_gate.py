@@ -27,7 +27,6 @@ from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention import defaults
 from triggerfish_cli.retention_sweep import read_plan
 from triggerfish_cli.storage import write_gate as write_gate_module
-from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.live_writers import (
     SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
@@ -39,7 +38,6 @@ from triggerfish_cli.storage.live_writers import (
     shm_lock_holder,
     shm_readers,
     store_files,
-    wal_frames,
 )
 from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate, _Freeze
@@ -202,32 +200,6 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
         # to its end
         ours = holder == os.getpid() or active
         assert ours or (frames and frames == done and not busy), (holder, active, frames)
-
-
-def test_a_frozen_transaction_knows_the_wal_frames_it_wrote(db: Path, tmp_path: Path) -> None:
-    """Long jobs size their batches by it: the gateway's commits checkpoint inside
-    themselves once the WAL holds 1000 frames (its wal_autocheckpoint)."""
-    store = SqliteStorage(db)
-    with gateway_writer.running(db, tmp_path):
-        time.sleep(0.05)
-        store.set("big", "x" * 400_000)  # ~100 pages of 4 KiB
-        frames = store.gate.last_frames
-    assert frames is not None and 95 <= frames <= 130
-    assert wal_frames(db) is not None
-    store.set("alone", "1")  # nobody to pause: not measured
-    assert store.gate.last_frames is None
-    store.close()
-
-
-def test_batch_sizes_keep_a_freeze_under_the_gateways_autocheckpoint() -> None:
-    sizer = BatchSizer(10_000, budget=0.02, first=100)
-    sizer.record(100, 0.001, True, frames=1800)  # fast, but 18 frames an item
-    assert sizer.size == 50  # 900 frames
-    sizer.record(50, 0.0005, True, frames=None)  # not measured: the lock time decides
-    assert sizer.size == 100
-    unpaused = BatchSizer(10_000, first=100)
-    unpaused.record(100, 0.001, False, frames=1800)  # nobody paused: no cap
-    assert unpaused.size == 200
 
 
 def test_no_live_writer_means_no_freeze_and_no_watchdog(db: Path) -> None:

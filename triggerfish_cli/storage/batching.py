@@ -15,47 +15,31 @@ class BatchSizer:
     """Batch sizes for a long job's write transactions: each holds the lock about ``budget``.
 
     While the gate pauses live writers, sizes follow a smoothed per-item cost
-    so that each freeze lasts about ``budget`` and writes at most ``frames``
-    WAL frames; with nobody to pause they grow to ``most``. :meth:`cut` halves
-    the size after a freeze that hit its cap.
-
-    The frames: the gateway's connections checkpoint inside their own commit
-    once the WAL holds 1000 frames (SQLite's default ``wal_autocheckpoint``);
-    batches under that keep its commits right after ours under it too (as the
-    retention sweep's, ``Pacing.wal_frames``).
+    so that each freeze lasts about ``budget``; with nobody to pause they grow
+    to ``most``. :meth:`cut` halves the size after a freeze that hit its cap.
     """
 
-    def __init__(
-        self, most: int, *, budget: float = 0.02, first: int = 100, frames: int = 900
-    ) -> None:
+    def __init__(self, most: int, *, budget: float = 0.02, first: int = 100) -> None:
         self.most = max(1, most)
         self.budget = budget
-        self.frames = frames
         self.size = max(1, min(self.most, first))
         self.per_item: float | None = None
-        self.frames_per_item: float | None = None
 
-    def record(self, items: int, held: float, frozen: bool, frames: int | None = None) -> None:
+    def record(self, items: int, held: float, frozen: bool) -> None:
         if items <= 0:
             return
-        self.per_item = _smooth(self.per_item, held / items)
+        sample = held / items
+        if self.per_item is None:
+            self.per_item = sample
+        else:  # an exponential moving average that one slow batch cannot drag far
+            self.per_item = 0.7 * self.per_item + 0.3 * min(sample, 3 * self.per_item)
         grown = self.size * 2
         if frozen:
             grown = min(grown, int(self.budget / max(self.per_item, 1e-7)))
-            if frames:
-                self.frames_per_item = _smooth(self.frames_per_item, frames / items)
-                grown = min(grown, int(self.frames / max(self.frames_per_item, 1e-7)))
         self.size = max(1, min(self.most, grown))
 
     def cut(self) -> None:
         self.size = max(1, self.size // 2)
-
-
-def _smooth(average: float | None, sample: float) -> float:
-    """An exponential moving average that one outlier cannot drag far."""
-    if average is None:
-        return sample
-    return 0.7 * average + 0.3 * min(sample, 3 * average)
 
 
 def in_batches(
@@ -87,7 +71,7 @@ def in_batches(
         cuts = 0
         start += len(batch)
         if gate is not None:
-            sizer.record(len(batch), gate.last_hold, gate.last_frozen, gate.last_frames)
+            sizer.record(len(batch), gate.last_hold, gate.last_frozen)
         else:
             sizer.record(len(batch), 0.0, False)
         yield len(batch), result

@@ -400,29 +400,6 @@ _PROBES: dict[tuple[int, int], int] = {}
 _PROBES_LOCK = threading.Lock()
 
 
-#: mxFrame in the wal-index header at the start of the -shm file (machine byte order):
-#: the frames the WAL holds since it was last restarted.
-_MX_FRAME = struct.Struct("=I")
-_MX_FRAME_AT = 16
-
-
-def wal_frames(db: Path) -> int | None:
-    """How many frames the store's WAL holds (its wal-index header); None: cannot tell.
-
-    Exact only while no one can write (the write gate reads it inside a freeze).
-    """
-    fd = _probe_fd(store_files(db)[2])
-    if fd is None:
-        return None
-    try:
-        raw = os.pread(fd, _MX_FRAME_AT + _MX_FRAME.size, 0)
-    except OSError:
-        return None
-    if len(raw) < _MX_FRAME_AT + _MX_FRAME.size:
-        return None
-    return int(_MX_FRAME.unpack_from(raw, _MX_FRAME_AT)[0])
-
-
 def _probe_fd(path: str) -> int | None:
     try:
         info = os.stat(path)

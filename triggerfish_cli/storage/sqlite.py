@@ -523,9 +523,7 @@ class SqliteStorage(BaseStorage):
                 cuts = 0
                 if gone == 0:
                     break
-                sizer.record(
-                    gone, self.gate.last_hold, self.gate.last_frozen, self.gate.last_frames
-                )
+                sizer.record(gone, self.gate.last_hold, self.gate.last_frozen)
 
     # -- native admin operations -------------------------------------------
 
@@ -725,9 +723,7 @@ class SqliteStorage(BaseStorage):
                 continue
             cuts = 0
             pending = rest
-            sizer.record(
-                len(batch), self.gate.last_hold, self.gate.last_frozen, self.gate.last_frames
-            )
+            sizer.record(len(batch), self.gate.last_hold, self.gate.last_frozen)
             changed = self.connection.total_changes - before
             done += changed
             after_batch(changed, pause, on_batch)

@@ -77,7 +77,6 @@ from triggerfish_cli.storage.live_writers import (
     shm_lock_holder,
     shm_readers,
     store_files,
-    wal_frames,
     writer_of,
 )
 from triggerfish_cli.storage.watchdog import Watchdog
@@ -385,8 +384,6 @@ class WriteGate:
         #: Seconds the last transaction held the write lock, and whether it froze anyone.
         self.last_hold = 0.0
         self.last_frozen = False
-        #: WAL frames the last frozen transaction wrote (None: unknown, or nobody paused).
-        self.last_frames: int | None = None
         #: Called with each freeze's (seconds stopped, writers) for tests and benches.
         self.on_freeze: Callable[[float, int], None] | None = None
 
@@ -458,13 +455,11 @@ class WriteGate:
                 if freeze is not None:
                     began = time.monotonic()
                     committed = False
-                    frames_before = wal_frames(self.db) if self._wal_mode else None
                     try:
                         with self._capped(conn, freeze):
                             yield conn
                         conn.execute("COMMIT")
                         committed = True
-                        self.last_frames = self._frames_since(frames_before)
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -490,7 +485,6 @@ class WriteGate:
             writers = self.writers()
             self.refuse_if_needed(writers)
         # Nobody to pause (or the gate is off): a plain transaction, our busy timeout applies.
-        self.last_frames = None
         conn.execute("BEGIN IMMEDIATE")
         began = time.monotonic()
         try:
@@ -744,13 +738,6 @@ class WriteGate:
         if self._wal_mode:
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute("PRAGMA wal_autocheckpoint=0")
-
-    def _frames_since(self, before: int | None) -> int | None:
-        """WAL frames our commit wrote, read while everyone is still paused."""
-        after = wal_frames(self.db) if before is not None else None
-        if before is None or after is None:
-            return None
-        return after - before if after >= before else after  # our commit restarted the WAL
 
     def _checkpointer_ready(self) -> None:
         """The checkpoint thread started and its connection open, before the first freeze
