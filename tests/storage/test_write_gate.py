@@ -189,6 +189,9 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
     big = "x" * 3_000_000  # ~750 pages: a checkpoint with something to copy
     with gateway_writer.running(db, tmp_path):
         time.sleep(0.05)
+        store.set("warm-up", "1")  # the checkpoint thread's first run (CI: it once failed)
+        store.gate.settle()
+        at_resume.clear()
         for n in range(5):
             store.set(f"ours:{n}", big)
         store.gate.settle()
