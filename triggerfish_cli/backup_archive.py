@@ -551,10 +551,31 @@ def compress_stream(
             sink.write(deflate.compress(chunk))
         sink.write(deflate.flush())
         return Compressed(read)
-    for chunk in chunks:
-        read += len(chunk)
-        sink.write(chunk)
-    return Compressed(read)
+    return Compressed(_copy_overlapped(chunks, sink))
+
+
+def _copy_overlapped(chunks: Iterable[bytes | memoryview], sink: HashingWriter) -> int:
+    """The chunks as they are (``none``): each one written on a thread while it is hashed.
+
+    SHA-256 and the write each take about as long as the other (about 0.4 s
+    a 700 MiB store here) and both let go of the GIL: side by side, a
+    backup without compression costs the longer of the two, not their sum.
+    Each write ends before the next chunk is asked for (the chunk may then
+    be reused by its producer).
+    """
+    read = 0
+    with ThreadPoolExecutor(
+        1, thread_name_prefix="backup-write", initializer=block_signals
+    ) as pool:
+        for chunk in chunks:
+            written = pool.submit(sink.sink.write, chunk)
+            try:
+                sink.sha.update(chunk)
+            finally:
+                written.result()  # the write's own error, if it failed
+            sink.count += len(chunk)
+            read += len(chunk)
+    return read
 
 
 class ZstdFrames:

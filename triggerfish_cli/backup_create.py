@@ -233,6 +233,7 @@ def create_backup(
     import time
 
     from triggerfish_cli.backup_stores import hostname, location
+    from triggerfish_cli.big_buffers import reuse_big_buffers
     from triggerfish_cli.progress import SILENT, counted
 
     progress = progress or SILENT
@@ -248,6 +249,7 @@ def create_backup(
             "--max-taint needs --logical: a physical backup is a copy of the whole file"
         )
     started = time.perf_counter()
+    reuse_big_buffers()  # the payload streams in 8 MiB chunks (big_buffers.py)
     kind = choose_kind(provider, logical)
     notes: list[str] = []
     warnings: list[str] = []

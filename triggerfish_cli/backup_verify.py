@@ -98,8 +98,10 @@ def verify_file(
     none of it is exit 4); without them only what is outside the encryption
     is checked (sizes, the sha256 of the encrypted parts) and the verdict
     says the contents were not."""
+    from triggerfish_cli.big_buffers import reuse_big_buffers
     from triggerfish_cli.progress import SILENT, counted
 
+    reuse_big_buffers()  # the payload streams in 8 MiB chunks (big_buffers.py)
     progress = progress or SILENT
     name = name or path.name
     outer = read_manifest(path)

@@ -76,7 +76,7 @@ class Pacing:
     #: the live writers are paused meanwhile (the write gate's budget).
     max_lock: float = 0.02
     #: Fixed rest after each transaction; None: :attr:`min_pause`, except on
-    #: SQLite, where the write gate rests after each freeze itself (1.5 times
+    #: SQLite, where the write gate rests after each freeze itself (2.5 times
     #: as long as it paused the gateway) and nobody needs a rest otherwise.
     pause: float | None = None
     #: Shortest rest (seconds) on backends without a write gate.
