@@ -1,17 +1,24 @@
-"""The uncompressed payload's overlapped write, and the allocator setting for big chunks."""
+"""How an archive's bytes reach the disk: the uncompressed payload's overlapped write,
+the allocator setting for big chunks, archives written around the page cache."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import hashlib
+import os
+import random
 import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from triggerfish_cli.backup_archive import HashingWriter, compress_stream
+from triggerfish_cli.direct_file import BLOCK, DirectFile, open_archive
 
 
 class Recording:
@@ -123,3 +130,126 @@ def test_freed_big_buffers_are_reused_instead_of_mapped_afresh() -> None:
     # in the kept heap they land on pages already there
     assert fresh > 1000, fresh
     assert reused < fresh / 20, (fresh, reused)
+
+
+# -- archives written around the page cache ---------------------------------------------
+
+
+def _direct_supported(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_DIRECT, 0o600)
+    except OSError:
+        return False
+    os.close(fd)
+    return True
+
+
+def _pieces(seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    sizes = [1, 4095, 4097, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17, 12345, 0, 7]
+    return [rng.randbytes(size) for size in sizes]
+
+
+def test_an_archive_written_direct_holds_exactly_what_was_written(tmp_path: Path) -> None:
+    target = tmp_path / "archive.tmp"
+    target.touch()
+    pieces = _pieces(1)
+    with open_archive(target) as out:
+        kinds = {type(out)}
+        for piece in pieces:
+            assert out.write(memoryview(piece)) == len(piece)
+    assert target.read_bytes() == b"".join(pieces)
+    if _direct_supported(tmp_path / "probe"):
+        assert kinds == {DirectFile}  # the path under test really is the direct one
+        assert out.fd == -1  # closed
+
+
+def test_a_restarted_archive_holds_only_the_second_attempt(tmp_path: Path) -> None:
+    target = tmp_path / "archive.tmp"
+    target.touch()
+    with open_archive(target) as out:
+        out.write(b"a" * (BLOCK + 100))  # one block out, the rest buffered
+        out.seek(0)
+        out.truncate()
+        out.write(b"b" * 5000)
+    assert target.read_bytes() == b"b" * 5000
+
+
+def test_a_failure_inside_closes_the_file_and_writes_no_tail(tmp_path: Path) -> None:
+    target = tmp_path / "archive.tmp"
+    target.touch()
+    with pytest.raises(RuntimeError), open_archive(target) as out:
+        out.write(b"c" * 100)
+        raise RuntimeError("the snapshot failed")
+    assert target.read_bytes() == b""  # what was held back is dropped, not written
+    if isinstance(out, DirectFile):
+        assert out.fd == -1
+
+
+def test_a_filesystem_without_o_direct_gets_a_buffered_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_open = os.open
+
+    def refusing(path: Any, flags: int, *args: Any) -> int:
+        if flags & os.O_DIRECT:
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refusing)
+    target = tmp_path / "archive.tmp"
+    target.touch()
+    pieces = _pieces(2)
+    with open_archive(target) as out:
+        assert not isinstance(out, DirectFile)
+        for piece in pieces:
+            out.write(piece)
+    assert target.read_bytes() == b"".join(pieces)
+
+
+def test_a_refused_first_direct_write_goes_on_through_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real_write = os.write
+    refused: list[int] = []
+
+    def refusing(fd: int, data: Any) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            refused.append(fd)
+            raise OSError(errno.EINVAL, "Invalid argument")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", refusing)
+    target = tmp_path / "archive.tmp"
+    target.touch()
+    pieces = _pieces(3)
+    with open_archive(target) as out:
+        for piece in pieces:
+            out.write(piece)
+    assert target.read_bytes() == b"".join(pieces)
+    if isinstance(out, DirectFile):
+        assert refused and not out.direct
+
+
+def test_a_direct_write_error_other_than_einval_is_raised(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, data: Any) -> int:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    target = tmp_path / "archive.tmp"
+    target.touch()
+    with pytest.raises(OSError, match="No space left"), open_archive(target) as out:
+        monkeypatch.setattr(os, "write", full)
+        out.write(b"d" * (BLOCK + 1))
+        if not isinstance(out, DirectFile):  # buffered: the error comes at the flush
+            out.flush()
+
+
+def test_an_archive_not_there_yet_is_created_private(tmp_path: Path) -> None:
+    target = tmp_path / "upload" / "archive.db.zst"
+    target.parent.mkdir()
+    with open_archive(target) as out:
+        out.write(b"e" * 10)
+    assert target.read_bytes() == b"e" * 10
+    assert target.stat().st_mode & 0o777 == 0o600

@@ -234,6 +234,7 @@ def create_backup(
 
     from triggerfish_cli.backup_stores import hostname, location
     from triggerfish_cli.big_buffers import reuse_big_buffers
+    from triggerfish_cli.direct_file import DirectFile, open_archive
     from triggerfish_cli.progress import SILENT, counted
 
     progress = progress or SILENT
@@ -289,8 +290,9 @@ def create_backup(
         with dest.staging(name) as staged:
             with (
                 temp_dir(dest.scratch_dir(), "snapshot") as scratch,
-                staged.open("wb") as out,
-                _syncing(staged),  # after the open: the file exists now
+                open_archive(staged) as out,
+                # through the page cache: written out meanwhile (direct: nothing to sync)
+                contextlib.nullcontext() if isinstance(out, DirectFile) else _syncing(staged),
             ):
 
                 def compress(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
