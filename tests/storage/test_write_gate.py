@@ -612,3 +612,24 @@ def test_killing_or_stopping_us_mid_sweep_never_leaves_the_writer_stopped(
         with sqlite3.connect(db) as conn:
             assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     assert hits >= 5, "too few kills landed inside a freeze to mean anything"
+
+
+def test_a_checkpoint_that_fails_is_counted_with_its_error(tmp_path: Path) -> None:
+    """A checkpoint error is not lost: the gate's stats say how many and the newest."""
+    from triggerfish_cli.storage.write_gate import Checkpointer, GateStats
+
+    broken = tmp_path / "not-a-store.db"
+    broken.write_bytes(b"this is no SQLite database at all" * 200)
+    stats = GateStats()
+    checkpointer = Checkpointer(broken, stats)
+    try:
+        checkpointer.ready(5.0)
+        for _ in range(2):
+            checkpointer.poke()
+            checkpointer.wait(5.0)
+    finally:
+        checkpointer.close()
+    assert stats.checkpoint_errors == 2
+    assert stats.checkpoint_error is not None and "not a database" in stats.checkpoint_error
+    shown = stats.as_dict()
+    assert shown["checkpoint_errors"] == 2 and shown["checkpoint_error"] == stats.checkpoint_error

@@ -134,6 +134,10 @@ class GateStats:
     #: --live-writers ignore: seconds we held the write lock while live writers had
     #: the store open, unpaused (their writes could fail in that window).
     exposed_seconds: float = 0.0
+    #: Checkpoints after our commits that raised (the next commit's tries again),
+    #: and the newest such error: a WAL that is not kept short says why here.
+    checkpoint_errors: int = 0
+    checkpoint_error: str | None = None
     writers: set[int] = field(default_factory=set)
     started: float = field(default_factory=time.monotonic)
 
@@ -151,6 +155,8 @@ class GateStats:
             "stop_timeouts": self.stop_timeouts,
             "watchdog_resumes": self.watchdog_resumes,
             "cut_short": self.cut_short,
+            "checkpoint_errors": self.checkpoint_errors,
+            "checkpoint_error": self.checkpoint_error,
             "live_writers": len(self.writers),
         }
 
@@ -234,10 +240,12 @@ class Checkpointer:
     it keeps the WAL short. Pokes while one runs are folded into the next.
     """
 
-    def __init__(self, db: Path) -> None:
+    def __init__(self, db: Path, stats: GateStats | None = None) -> None:
         from urllib.parse import quote
 
         self.db = db
+        #: Where a failed checkpoint is counted (GateStats.checkpoint_errors).
+        self.stats = stats if stats is not None else GateStats()
         self.uri = f"file:{quote(os.path.realpath(db))}?mode=rw"
         self.last: tuple[int, int, int] = (0, 0, 0)
         self._wake = threading.Condition()
@@ -291,8 +299,9 @@ class Checkpointer:
     def _run(self) -> None:
         try:
             conn = sqlite3.connect(self.uri, uri=True, isolation_level=None, timeout=0)
-        except sqlite3.Error:
+        except sqlite3.Error as exc:
             conn = None
+            self._failed(exc)
         finally:
             self._opened.set()
         try:
@@ -308,8 +317,8 @@ class Checkpointer:
                         row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                         if row:
                             self.last = (int(row[0]), int(row[1]), int(row[2]))
-                except sqlite3.Error:
-                    pass  # the next commit's checkpoint tries again
+                except sqlite3.Error as exc:
+                    self._failed(exc)  # the next commit's checkpoint tries again
                 finally:
                     with self._wake:
                         self._running = False
@@ -317,6 +326,10 @@ class Checkpointer:
         finally:
             if conn is not None:
                 conn.close()
+
+    def _failed(self, exc: sqlite3.Error) -> None:
+        self.stats.checkpoint_errors += 1
+        self.stats.checkpoint_error = f"{type(exc).__name__}: {exc}"
 
     def close(self) -> None:
         self.wait(5.0)
@@ -522,16 +535,12 @@ class WriteGate:
             if shm_lock_holder(self.db, SHM_WRITE_LOCK) is None:
                 return
 
-    def rest_left(self) -> float:
-        """Seconds until the next freeze may begin (0: now)."""
-        if not self._resumed_at:
-            return 0.0
-        rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
-        return max(0.0, self._resumed_at + rest - time.monotonic())
-
     def _rest(self) -> None:
         """Let the gateway run ``rest_ratio`` times as long as our last freeze stopped it."""
-        left = self.rest_left()
+        if not self._resumed_at:
+            return
+        rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
+        left = self._resumed_at + rest - time.monotonic()
         if left > 0:
             time.sleep(left)
 
@@ -742,12 +751,9 @@ class WriteGate:
     def _checkpointer_ready(self) -> None:
         """The checkpoint thread started and its connection open, before the first freeze
         (opening it inside one would outlast :data:`CHECKPOINT_GRAB`)."""
-        try:
-            if self._checkpointer is None:
-                self._checkpointer = Checkpointer(self.db)
-            self._checkpointer.ready(1.0)
-        except (OSError, RuntimeError):
-            pass  # then our checkpoint may start late once: the writer's may run instead
+        # if not, our checkpoint may start late once: the writer's may run instead
+        with contextlib.suppress(OSError, RuntimeError):
+            self._checkpoints().ready(1.0)
 
     def _checkpoint_first(self) -> None:
         """Our commit's checkpoint, started before the paused writers run (Checkpointer.start).
@@ -756,12 +762,8 @@ class WriteGate:
         start now runs after the next commit."""
         if not self._wal_mode:
             return
-        try:
-            if self._checkpointer is None:
-                self._checkpointer = Checkpointer(self.db)
-            self._checkpointer.start(CHECKPOINT_GRAB)
-        except (OSError, RuntimeError, sqlite3.Error):
-            pass
+        with contextlib.suppress(OSError, RuntimeError, sqlite3.Error):
+            self._checkpoints().start(CHECKPOINT_GRAB)
 
     def _after_commit(self, conn: sqlite3.Connection, *, checkpointing: bool = False) -> None:
         """With everyone running again: make the commit durable, keep the WAL short.
@@ -778,9 +780,13 @@ class WriteGate:
                     os.fsync(wal)
         if checkpointing:
             return  # started before the thaw
+        self._checkpoints().poke()
+
+    def _checkpoints(self) -> Checkpointer:
+        """The checkpoint thread of this gate, started on first use."""
         if self._checkpointer is None:
-            self._checkpointer = Checkpointer(self.db)
-        self._checkpointer.poke()
+            self._checkpointer = Checkpointer(self.db, self.stats)
+        return self._checkpointer
 
     @property
     def last_checkpoint(self) -> tuple[int, int, int]:
