@@ -16,7 +16,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -101,22 +101,8 @@ class ProcessTable:
             if text is None:
                 return None
             self._fds[(pid, shm)] = fd  # type: ignore[assignment]
-        first, last = SHM_READ_LOCKS[0], SHM_READ_LOCKS[-1]
-        for line in text.splitlines():
-            # "lock:\t1: POSIX  ADVISORY  READ 27899 fe:00:2146530 124 124"
-            if not line.startswith("lock:"):
-                continue
-            words = line.split()
-            if len(words) < 9 or words[2] != "POSIX" or "->" in words:
-                continue
-            try:
-                start = int(words[7])
-                end = last if words[8] == "EOF" else int(words[8])
-            except ValueError:
-                continue
-            if start <= last and end >= first:
-                return True
-        return False
+        lines = [line[5:] for line in text.splitlines() if line.startswith("lock:")]
+        return any(_marks_read(lock) for lock in _posix_locks(lines) if not lock.waiting)
 
     @staticmethod
     def _fdinfo(pid: int, fd: str, inode: int) -> str | None:
@@ -131,16 +117,9 @@ class ProcessTable:
     @staticmethod
     def _descriptor(pid: int, path: str) -> str | None:
         try:
-            fds = os.listdir(f"/proc/{pid}/fd")
+            return _descriptor_of(pid, {path})
         except OSError:
             return None
-        for fd in fds:
-            try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == path:
-                    return fd
-            except OSError:
-                continue
-        return None
 
     def openers(self, pids: Sequence[int] | set[int], targets: Sequence[str]) -> list[int]:
         """The processes among ``pids`` that have one of ``targets`` open.
@@ -161,19 +140,12 @@ class ProcessTable:
             if pid == self.me:
                 continue
             try:
-                fds = os.listdir(f"/proc/{pid}/fd")
+                if _descriptor_of(pid, wanted) is not None:
+                    found.append(pid)
             except PermissionError:
                 unreadable.append(pid)
-                continue
             except OSError:
                 continue  # gone
-            for fd in fds:
-                try:
-                    if os.readlink(f"/proc/{pid}/fd/{fd}") in wanted:
-                        found.append(pid)
-                        break
-                except OSError:
-                    continue
         if unreadable:
             holders = lock_holders(targets) or set()
             found += [pid for pid in unreadable if pid in holders]
@@ -264,21 +236,7 @@ def lock_holders(targets: Sequence[str]) -> set[int] | None:
             lines = handle.read().splitlines()
     except OSError:
         return None
-    holders: set[int] = set()
-    for line in lines:
-        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 128 128" ("->" marks a waiter)
-        words = [word for word in line.split() if word != "->"]
-        if len(words) < 6 or words[1] != "POSIX":
-            continue
-        try:
-            major, minor, inode = words[5].split(":")
-            key = (int(major, 16), int(minor, 16), int(inode))
-            pid = int(words[4])
-        except ValueError:
-            continue
-        if key in inodes and pid > 0:
-            holders.add(pid)
-    return holders
+    return {lock.pid for lock in _posix_locks(lines) if lock.file in inodes and lock.pid > 0}
 
 
 def shm_readers(db: Path) -> set[int] | None:
@@ -294,24 +252,63 @@ def shm_readers(db: Path) -> set[int] | None:
             lines = handle.read().splitlines()
     except OSError:
         return None
-    inode = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
-    first, last = SHM_READ_LOCKS[0], SHM_READ_LOCKS[-1]
-    readers: set[int] = set()
+    inode = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
+    return {
+        lock.pid
+        for lock in _posix_locks(lines)
+        if not lock.waiting and lock.file == inode and lock.pid > 0 and _marks_read(lock)
+    }
+
+
+@dataclass(frozen=True)
+class _Lock:
+    """One POSIX lock of a lock table (``/proc/locks``, or the ``lock:`` lines of fdinfo)."""
+
+    pid: int
+    #: (device major, device minor, inode) of the locked file.
+    file: tuple[int, int, int]
+    start: int
+    #: None: to the end of the file.
+    end: int | None
+    #: Asked for, not held ("->" in the table).
+    waiting: bool
+
+
+def _posix_locks(lines: Iterable[str]) -> Iterator[_Lock]:
+    """The POSIX locks in lines of a lock table; other kinds and odd lines skipped."""
     for line in lines:
-        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 123 123" ("->" marks a waiter)
-        if "->" in line:
-            continue
+        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 128 128"; a waiter: "3: -> POSIX ..."
         words = line.split()
-        if len(words) < 8 or words[1] != "POSIX" or words[5] != inode:
+        waiting = "->" in words
+        if waiting:
+            words.remove("->")
+        if len(words) < 8 or words[1] != "POSIX":
             continue
         try:
+            major, minor, inode = words[5].split(":")
+            file = (int(major, 16), int(minor, 16), int(inode))
             pid, start = int(words[4]), int(words[6])
-            end = last if words[7] == "EOF" else int(words[7])
+            end = None if words[7] == "EOF" else int(words[7])
         except ValueError:
             continue
-        if start <= last and end >= first and pid > 0:
-            readers.add(pid)
-    return readers
+        yield _Lock(pid, file, start, end, waiting)
+
+
+def _marks_read(lock: _Lock) -> bool:
+    """The lock covers one of SQLite's read-mark bytes of a -shm file (a read snapshot)."""
+    first, last = SHM_READ_LOCKS[0], SHM_READ_LOCKS[-1]
+    return lock.start <= last and (lock.end is None or lock.end >= first)
+
+
+def _descriptor_of(pid: int, paths: set[str]) -> str | None:
+    """A descriptor of ``pid`` open on one of ``paths`` (PermissionError: not ours to read)."""
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in paths:
+                return fd
+        except OSError:
+            continue  # closed meanwhile
+    return None
 
 
 class LsofTable(ProcessTable):
