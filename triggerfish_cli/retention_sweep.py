@@ -52,6 +52,7 @@ from triggerfish_cli.retention_plan import (
     needed,
 )
 from triggerfish_cli.serialization import to_iso, utc_now
+from triggerfish_cli.storage.batching import smooth
 from triggerfish_cli.storage.provider import StorageProvider
 
 SWEEP_LOCK = "retention-sweep"
@@ -227,9 +228,9 @@ class _Pacer:
         """Adapt the batch size, then rest (from ``started``) so the gateway runs."""
         pacing = self.pacing
         if records > 0:
-            self.per_record = _smooth(self.per_record, held / records)
+            self.per_record = smooth(self.per_record, held / records)
             if frames > 0:
-                self.frames_per_record = _smooth(self.frames_per_record, frames / records)
+                self.frames_per_record = smooth(self.frames_per_record, frames / records)
             limit = pacing.max_lock / max(self.per_record, 1e-6)
             if self.frames_per_record:
                 limit = min(limit, pacing.wal_frames / self.frames_per_record)
@@ -258,13 +259,6 @@ def _bulk(provider: StorageProvider, pacer: _Pacer) -> contextlib.AbstractContex
     if isinstance(provider, SqliteStorage):
         return provider.bulk_writes()
     return contextlib.nullcontext()
-
-
-def _smooth(average: float | None, sample: float) -> float:
-    """An exponential moving average that one outlier cannot drag far."""
-    if average is None:
-        return sample
-    return 0.7 * average + 0.3 * min(sample, 3 * average)
 
 
 def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:

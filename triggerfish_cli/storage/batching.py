@@ -28,11 +28,7 @@ class BatchSizer:
     def record(self, items: int, held: float, frozen: bool) -> None:
         if items <= 0:
             return
-        sample = held / items
-        if self.per_item is None:
-            self.per_item = sample
-        else:  # an exponential moving average that one slow batch cannot drag far
-            self.per_item = 0.7 * self.per_item + 0.3 * min(sample, 3 * self.per_item)
+        self.per_item = smooth(self.per_item, held / items)
         grown = self.size * 2
         if frozen:
             grown = min(grown, int(self.budget / max(self.per_item, 1e-7)))
@@ -40,6 +36,13 @@ class BatchSizer:
 
     def cut(self) -> None:
         self.size = max(1, self.size // 2)
+
+
+def smooth(average: float | None, sample: float) -> float:
+    """An exponential moving average that one outlier (a slow batch) cannot drag far."""
+    if average is None:
+        return sample
+    return 0.7 * average + 0.3 * min(sample, 3 * average)
 
 
 def in_batches(
