@@ -51,7 +51,6 @@ from triggerfish_cli.storage.sqlite import (
     gap_clause,
     range_clause,
 )
-from triggerfish_cli.threads import background
 
 MEMORY_PREFIX = "memory:"
 #: A test hook: seconds to sleep with the archive half written (kill -9 tests).
@@ -234,7 +233,7 @@ def create_backup(
 
     from triggerfish_cli.backup_stores import hostname, location
     from triggerfish_cli.big_buffers import reuse_big_buffers
-    from triggerfish_cli.direct_file import DirectFile, open_archive
+    from triggerfish_cli.direct_file import open_archive
     from triggerfish_cli.progress import SILENT, counted
 
     progress = progress or SILENT
@@ -291,8 +290,6 @@ def create_backup(
             with (
                 temp_dir(dest.scratch_dir(), "snapshot") as scratch,
                 open_archive(staged) as out,
-                # through the page cache: written out meanwhile (direct: nothing to sync)
-                contextlib.nullcontext() if isinstance(out, DirectFile) else _syncing(staged),
             ):
 
                 def compress(chunks: Iterator[bytes | memoryview]) -> HashingWriter:
@@ -481,42 +478,6 @@ def _physical(
     manifest.page_size, manifest.page_count = snapshot.page_size, snapshot.page_count
     _set_counts(manifest, snapshot.inspected)
     return sink
-
-
-@contextlib.contextmanager
-def _syncing(path: Path) -> Iterator[None]:
-    """fsync ``path`` over and over in a thread during the block.
-
-    The kernel writes the archive out while we hash or compress it, so the
-    final fsync before the rename has almost nothing left to do. A failure
-    is not hidden: it is raised after the block (and the final fsync would
-    meet it again anyway).
-    """
-    import threading
-
-    failed: list[OSError] = []
-    done = threading.Event()
-
-    def work() -> None:
-        try:
-            with path.open("rb") as handle:
-                while True:
-                    os.fsync(handle.fileno())
-                    if done.wait(0.05):
-                        return
-        except OSError as exc:
-            failed.append(exc)
-
-    thread = background(work, name="backup-fsync")
-    try:
-        yield
-    finally:
-        done.set()
-        thread.join()
-    if failed:
-        from triggerfish_cli.errors import write_error
-
-        raise write_error(path, failed[0])
 
 
 def _json_lines(

@@ -13,7 +13,9 @@ and writes it out whole; what is left at :meth:`DirectFile.close` (less than
 one buffer) is written without ``O_DIRECT``, and the file is fsynced. Where
 the filesystem has no ``O_DIRECT`` (tmpfs, some network filesystems) or the
 first direct write is refused, :func:`open_archive` gives a plain buffered
-file instead, so nothing depends on it.
+file instead, so nothing depends on it; that one is fsynced over and over
+while it is written (:func:`_syncing`), so that its final fsync has little
+left to do.
 """
 
 from __future__ import annotations
@@ -23,9 +25,12 @@ import errno
 import fcntl
 import mmap
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
+
+from triggerfish_cli.threads import background
 
 #: Bytes gathered before each direct write (a multiple of any block size).
 BLOCK = 8 << 20
@@ -120,8 +125,8 @@ class DirectFile:
 @contextlib.contextmanager
 def open_archive(path: Path) -> Iterator[IO[bytes] | Any]:
     """``path`` for writing from its start (created 0600 if need be): a :class:`DirectFile`
-    where the filesystem allows, else an ordinary buffered file; closed (and, direct,
-    fsynced) after."""
+    where the filesystem allows, else an ordinary buffered file that is synced as it is
+    written; closed (and, direct, fsynced) after."""
     direct = getattr(os, "O_DIRECT", 0)
     fd = -1
     if direct:
@@ -131,7 +136,7 @@ def open_archive(path: Path) -> Iterator[IO[bytes] | Any]:
             if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
                 raise
     if fd < 0:
-        with path.open("wb") as handle:
+        with path.open("wb") as handle, _syncing(path):
             yield handle
         return
     out = DirectFile(fd)
@@ -141,3 +146,37 @@ def open_archive(path: Path) -> Iterator[IO[bytes] | Any]:
         out.abandon()
         raise
     out.close()
+
+
+@contextlib.contextmanager
+def _syncing(path: Path) -> Iterator[None]:
+    """fsync ``path`` over and over in a thread during the block.
+
+    The kernel writes the archive out while we hash or compress it, so the
+    final fsync before the rename has almost nothing left to do. A failure
+    is not hidden: it is raised after the block (and the final fsync would
+    meet it again anyway).
+    """
+    failed: list[OSError] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            with path.open("rb") as handle:
+                while True:
+                    os.fsync(handle.fileno())
+                    if done.wait(0.05):
+                        return
+        except OSError as exc:
+            failed.append(exc)
+
+    thread = background(work, name="backup-fsync")
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+    if failed:
+        from triggerfish_cli.errors import write_error
+
+        raise write_error(path, failed[0])
