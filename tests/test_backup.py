@@ -227,6 +227,31 @@ def test_verify_records_a_failure_for_list(cli: CliFn, gateway_db: Path) -> None
     assert archive.exists()
 
 
+def test_a_backup_of_a_store_whose_key_index_is_damaged_fails_verification(
+    cli: CliFn, gateway_db: Path
+) -> None:
+    """The archive is intact (its sha256 matches): the SQLite check inside it finds the damage."""
+    conn = sqlite3.connect(gateway_db)
+    (key,) = conn.execute("SELECT key FROM kv ORDER BY key LIMIT 1 OFFSET 3").fetchone()
+    (page,) = conn.execute(
+        "SELECT pageno FROM dbstat WHERE name = 'sqlite_autoindex_kv_1' AND pagetype = 'leaf'"
+    ).fetchone()
+    page_size = conn.execute("PRAGMA page_size").fetchone()[0]
+    conn.close()
+    data = bytearray(gateway_db.read_bytes())
+    at = data.find(key.encode(), (page - 1) * page_size, page * page_size)
+    assert at > 0
+    data[at + len(key) - 1] ^= 0x01  # the entry now names a key its row does not hold
+    gateway_db.write_bytes(bytes(data))
+    archive = create(cli)
+    run = cli("backup", "verify", str(archive))
+    assert run.exit_code == 5
+    assert "integrity check:" in run.stdout + run.stderr
+    assert "sha256" in run.stdout  # the bytes were what create wrote
+    rows = cli("backup", "list", "--format", "json").json()
+    assert isinstance(rows, list) and rows[0]["verified"] == "FAILED"
+
+
 # -- restore ----------------------------------------------------------------------------
 
 

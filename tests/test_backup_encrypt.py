@@ -149,7 +149,7 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
     # with the identity: every check
     run = cli("backup", "verify", str(archive), "--identity", str(identity))
     assert run.exit_code == 0, run.stderr
-    assert "PRAGMA integrity_check: ok" in run.stdout and "contents not checked" not in run.stdout
+    assert "SQLite integrity check: ok" in run.stdout and "contents not checked" not in run.stdout
     marker = json.loads((out / f"{archive.name}.verified").read_text())
     assert marker["ok"] and marker["sha256"] == outer.payload_sha256
     run = cli("backup", "list", "--from", str(out), "--format", "json")

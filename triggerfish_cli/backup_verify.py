@@ -2,7 +2,8 @@
 
 One pass over the payload hashes it (sha256 against the manifest) while
 decompressing it: a physical backup into a scratch SQLite file that then
-passes ``PRAGMA integrity_check``, the FTS5 integrity check of the memory
+passes SQLite's integrity check (``PRAGMA integrity_check``, in pieces on
+every core: storage/integrity.py), the FTS5 integrity check of the memory
 index when the store has one, and the key counts per namespace and memories
 per level of the manifest; a logical backup line by line (valid JSON, keys
 strictly increasing, the same counts). The verdict is recorded beside the
@@ -13,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sqlite3
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +38,8 @@ from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
-from triggerfish_cli.threads import background
+from triggerfish_cli.storage import integrity
+from triggerfish_cli.threads import block_signals
 
 
 @dataclass
@@ -313,9 +317,7 @@ def _read_lines(
     above_it = 0
     for key, value, number, size_so_far in iter_lines(chunks):
         if previous is not None and not cells.before(previous, key):
-            raise_line(
-                number, f"key {cells.name(key)} out of order (after {cells.name(previous)})"
-            )
+            raise_line(number, f"key {cells.name(key)} out of order (after {cells.name(previous)})")
         previous = key
         counter.add(key)
         size = size_so_far
@@ -372,38 +374,37 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
 
 
 def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
-    """integrity_check in a thread (SQLite releases the GIL) beside the other checks."""
-
-    integrity: list[str] = []
-
-    def run_integrity() -> None:
-        try:
-            with contextlib.closing(_open_scratch(snapshot)) as conn:
-                integrity.extend(str(row[0]) for row in conn.execute("PRAGMA integrity_check(20)"))
-        except sqlite3.Error as exc:
-            integrity.append(f"sqlite: {exc}")
-
-    thread = background(run_integrity, name="backup-integrity")
+    """SQLite's integrity check in pieces on every core (storage/integrity.py), the
+    other checks beside them."""
+    workers = max(2, min(4, os.cpu_count() or 1))
+    problems: list[str] = []
     try:
-        counts = _check_rest(snapshot, manifest, result)
-    finally:
-        thread.join()
-    if integrity != ["ok"]:
-        result.failures.insert(0, "integrity_check: " + "; ".join(integrity[:5]))
+        pieces = integrity.plan(snapshot, parts=2 * workers)
+    except sqlite3.Error as exc:
+        pieces, problems = [], [f"sqlite: {exc}"]
+    with ThreadPoolExecutor(workers, "backup-integrity", initializer=block_signals) as pool:
+        found = [pool.submit(_piece, piece) for piece in pieces]
+        rest = pool.submit(_check_rest, snapshot, manifest, result)
+        for future in found:
+            problems.extend(future.result())
+        counts = rest.result()
+    if problems:
+        result.failures.insert(0, "integrity check: " + "; ".join(problems[:5]))
         return None
-    result.checks.insert(0, "PRAGMA integrity_check: ok")
+    result.checks.insert(0, "SQLite integrity check: ok")
     return counts
 
 
-def _open_scratch(snapshot: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(snapshot, isolation_level=None)
-    conn.execute("PRAGMA mmap_size=2147418112")
-    return conn
+def _piece(piece: integrity.Piece) -> list[str]:
+    try:
+        return piece()
+    except sqlite3.Error as exc:
+        return [f"sqlite: {exc}"]
 
 
 def _check_rest(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
     try:
-        with contextlib.closing(_open_scratch(snapshot)) as conn:
+        with contextlib.closing(integrity.open_checked(snapshot)) as conn:
             pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
             if manifest.page_count is not None and pages != manifest.page_count:
                 result.failures.append(
