@@ -30,6 +30,7 @@ from triggerfish_cli.backup_archive import (
     ZstdFrames,
     compress_stream,
     decompress_chunks,
+    decompress_into,
     read_manifest,
 )
 from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows, memory_level
@@ -696,6 +697,50 @@ def test_zstd_frames_decompress_as_one_stream_in_order(
             chunks = decompress_chunks(source, "zstd", frames)
             assert b"".join(bytes(chunk) for chunk in chunks) == content
             assert source.sha.hexdigest() == sink.sha.hexdigest()
+
+
+@pytest.mark.parametrize("sized", ["all", "none", "from the third"])
+def test_frames_decompressed_into_a_file_land_at_their_offsets(tmp_path: Path, sized: str) -> None:
+    """decompress_into: each frame written at its offset by its worker, or, from the first
+    frame whose header does not give its size, in order."""
+    content = _payload(1_000_000)
+    step = 96 << 10
+    pieces = [content[i : i + step] for i in range(0, len(content), step)]
+    frames = []
+    for number, piece in enumerate(pieces):
+        say = sized == "all" or (sized == "from the third" and number < 2)
+        params = zstandard.ZstdCompressionParameters(write_content_size=say)
+        frames.append(zstandard.ZstdCompressor(compression_params=params).compress(piece))
+    data = b"".join(frames)
+    archive, target = tmp_path / "p.zst", tmp_path / "out.db"
+    archive.write_bytes(data)
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with archive.open("rb") as handle:
+            source = LimitedHashingReader(handle, len(data))
+            steps = list(decompress_into(source, "zstd", [len(f) for f in frames], fd))
+    finally:
+        os.close(fd)
+    assert target.read_bytes() == content
+    assert steps == [len(piece) for piece in pieces]
+    assert source.sha.hexdigest() == hashlib.sha256(data).hexdigest()
+
+
+def test_a_frame_whose_header_lies_about_its_size_is_a_verification_error(
+    tmp_path: Path,
+) -> None:
+    small = zstandard.ZstdCompressor().compress(b"x" * 1000)
+    lying = bytearray(small)
+    lying[5] ^= 0x01  # the frame content size field (single-segment, 1 byte)
+    archive = tmp_path / "p.zst"
+    archive.write_bytes(bytes(lying))
+    fd = os.open(tmp_path / "out.db", os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        with archive.open("rb") as handle, pytest.raises(VerificationError, match="zstd"):
+            source = LimitedHashingReader(handle, len(lying))
+            list(decompress_into(source, "zstd", [len(lying)], fd))
+    finally:
+        os.close(fd)
 
 
 def test_an_empty_zstd_stream_is_one_empty_frame(tmp_path: Path) -> None:

@@ -27,6 +27,7 @@ from triggerfish_cli.backup_archive import (
     LimitedHashingReader,
     Manifest,
     decompress_chunks,
+    decompress_into,
     open_sealed,
     read_manifest,
 )
@@ -121,16 +122,16 @@ def verify_file(
         handle.seek(0)
         stream = _Stream(handle, outer, manifest, identities, name)
         reader = stream.plain
-        chunks = counted(decompress_chunks(reader, manifest.compression, manifest.frames), progress)
         try:
             try:
                 if manifest.kind == "physical":
                     if snapshot is None:
                         raise ValueError("a physical backup needs a scratch file to verify")
-                    size = _write_snapshot(chunks, snapshot, durable)
+                    size = _write_snapshot(reader, manifest, snapshot, durable, progress)
                     counts = None
                 else:
-                    size, counts = _read_lines(chunks, manifest, result)
+                    chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
+                    size, counts = _read_lines(counted(chunks, progress), manifest, result)
             except VerificationError as exc:
                 damage = stream.damage()
                 if damage:
@@ -290,18 +291,23 @@ def _checksum_failure(manifest: Manifest, reader: LimitedHashingReader) -> str:
     )
 
 
-def _write_snapshot(chunks: Iterator[bytes | memoryview], snapshot: Path, durable: bool) -> int:
-    import os
-
+def _write_snapshot(
+    reader: LimitedHashingReader,
+    manifest: Manifest,
+    snapshot: Path,
+    durable: bool,
+    progress: Reporter,
+) -> int:
     size = 0
     fd = os.open(snapshot, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as out:
-        for chunk in chunks:
-            out.write(chunk)
-            size += len(chunk)
-        out.flush()
+    try:
+        for count in decompress_into(reader, manifest.compression, manifest.frames, fd):
+            progress.advance(count)
+            size += count
         if durable:
-            os.fsync(out.fileno())
+            os.fsync(fd)
+    finally:
+        os.close(fd)
     return size
 
 
