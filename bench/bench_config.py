@@ -42,9 +42,9 @@ from pathlib import Path
 
 from common import ROOT, median, p95, report, store, timed
 
-from triggerfish_cli import config_versions as cv
-from triggerfish_cli import secrets_guard
-from triggerfish_cli.config_rollback import apply_rollback, plan_rollback
+from triggerfish_cli.config import secrets_guard
+from triggerfish_cli.config import versions as cv
+from triggerfish_cli.config.rollback import apply_rollback, plan_rollback
 from triggerfish_cli.fileio import atomic_writer
 from triggerfish_cli.storage.sqlite import SqliteStorage
 

@@ -66,9 +66,9 @@ def sample_queries(
 
 
 def bench_search(path: object, count: int) -> None:
-    from triggerfish_cli import memory
     from triggerfish_cli.classification import Level
-    from triggerfish_cli.memory_index import fts_query
+    from triggerfish_cli.memory import records as memory
+    from triggerfish_cli.memory.index import fts_query
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
@@ -113,9 +113,9 @@ EMPTY_INDEX = (
 
 
 def bench_reindex(path: object) -> None:
-    from triggerfish_cli import memory_upkeep
     from triggerfish_cli.classification import Level
     from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
+    from triggerfish_cli.memory import upkeep as memory_upkeep
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     copy = scratch_copy(path, "memory-reindex-scratch.db")  # type: ignore[arg-type]
@@ -156,8 +156,8 @@ def bench_reindex(path: object) -> None:
 
 
 def bench_list(path: object, repeat: int) -> None:
-    from triggerfish_cli import memory
     from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import records as memory
     from triggerfish_cli.storage.provider import prefix_upper_bound
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
@@ -205,9 +205,9 @@ def bench_list(path: object, repeat: int) -> None:
 
 def bench_hidden_word(hidden: int, repeat: int) -> None:
     """A PUBLIC search for a word only hidden rows hold, against an absent word."""
-    from triggerfish_cli import memory
     from triggerfish_cli.classification import Level
     from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
+    from triggerfish_cli.memory import records as memory
     from triggerfish_cli.serialization import dumps
     from triggerfish_cli.storage.sqlite import SqliteStorage
 

@@ -89,10 +89,10 @@ PRIVATE_DATABASES = {
     "storage/write_gate.py": "the gate itself (BEGIN IMMEDIATE / COMMIT)",
     "storage/postgres.py": "Postgres: real concurrency control, no gate",
     "storage/pg_lock.py": "Postgres advisory locks",
-    "memory_pg.py": "Postgres: real concurrency control, no gate",
-    "memory_index.py": "a private in-RAM FTS5 probe table (:memory:)",
-    "backup_verify.py": "a private scratch copy of a backup being verified",
-    "backup_snapshot.py": "the backup's own copy file, written by SQLite's backup API",
+    "memory/pg.py": "Postgres: real concurrency control, no gate",
+    "memory/index.py": "a private in-RAM FTS5 probe table (:memory:)",
+    "backup/verify.py": "a private scratch copy of a backup being verified",
+    "backup/snapshot.py": "the backup's own copy file, written by SQLite's backup API",
 }
 WRITE_WORDS = ("BEGIN", "INSERT", "REPLACE", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
 #: Pragmas that change the file (the rest set up our own connection).
@@ -100,7 +100,7 @@ FILE_PRAGMAS = ("JOURNAL_MODE", "USER_VERSION", "APPLICATION_ID", "PAGE_SIZE", "
 GATED = {"transaction", "_transaction", "private_transaction"}
 #: Helpers that write on the connection their caller passes them: every call of
 #: one must itself sit inside a gated transaction (checked).
-GATED_HELPERS = {"memory_fts.py": {"_reindex_one"}}
+GATED_HELPERS = {"memory/fts.py": {"_reindex_one"}}
 
 
 def _is_write(sql: str) -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.gateway import GATEWAY_ROWS, dump_tables
-from triggerfish_cli.backup_archive import (
+from triggerfish_cli.backup.archive import (
     MAGIC,
     TRAILER,
     ZSTD_SKIPPABLE,

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.gateway import GATEWAY_ROWS
-from triggerfish_cli.backup_archive import read_manifest
+from triggerfish_cli.backup.archive import read_manifest
 
 
 def without_audit(rows: dict[str, str]) -> dict[str, str]:
@@ -400,7 +400,7 @@ def test_the_age_stream_stops_when_the_payload_fails_part_way() -> None:
 
     import pyrage
 
-    from triggerfish_cli.backup_crypt import Encryptor, parse_recipient
+    from triggerfish_cli.backup.crypt import Encryptor, parse_recipient
 
     identity = pyrage.x25519.Identity.generate()
     recipient = parse_recipient(str(identity.to_public()), "test")
@@ -427,7 +427,7 @@ def test_the_decrypted_stream_is_whole_in_any_read_sizes_and_stops_at_damage() -
 
     import pyrage
 
-    from triggerfish_cli.backup_crypt import DELIVER_SIZE, Decryptor, Identities
+    from triggerfish_cli.backup.crypt import DELIVER_SIZE, Decryptor, Identities
     from triggerfish_cli.errors import VerificationError
 
     identity = pyrage.x25519.Identity.generate()

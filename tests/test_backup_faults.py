@@ -18,7 +18,7 @@ import pytest
 from tests.conftest import CliFn
 from tests.helpers import writer as writer_process
 from tests.helpers.gateway import GATEWAY_ROWS
-from triggerfish_cli.backup_archive import is_archive_name
+from triggerfish_cli.backup.archive import is_archive_name
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triggerfish_cli.backup_create import create_backup
-from triggerfish_cli.backup_dest import LocalDestination
-from triggerfish_cli.backup_restore import load_logical
-from triggerfish_cli.backup_verify import verify_file
+from triggerfish_cli.backup.create import create_backup
+from triggerfish_cli.backup.dest import LocalDestination
+from triggerfish_cli.backup.restore import load_logical
+from triggerfish_cli.backup.verify import verify_file
 from triggerfish_cli.storage.in_memory import MemoryStorage
 
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)

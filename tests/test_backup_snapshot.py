@@ -22,8 +22,8 @@ from hypothesis import strategies as st
 
 from tests.conftest import CliFn
 from tests.helpers import wal_writer
-from triggerfish_cli import backup_snapshot
-from triggerfish_cli.backup_archive import (
+from triggerfish_cli.backup import snapshot as backup_snapshot
+from triggerfish_cli.backup.archive import (
     HashingWriter,
     LimitedHashingReader,
     Manifest,
@@ -33,9 +33,9 @@ from triggerfish_cli.backup_archive import (
     decompress_into,
     read_manifest,
 )
-from triggerfish_cli.backup_create import Counts, KeyCounter, count_rows, memory_level
+from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows, memory_level
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError, VerificationError
-from triggerfish_cli.memory import split_key
+from triggerfish_cli.memory.records import split_key
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite import SqliteStorage
 

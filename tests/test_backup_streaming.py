@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from triggerfish_cli.backup_archive import HashingWriter, compress_stream
-from triggerfish_cli.direct_file import BLOCK, DirectFile, open_archive
+from triggerfish_cli.backup.archive import HashingWriter, compress_stream
+from triggerfish_cli.backup.direct_file import BLOCK, DirectFile, open_archive
 
 
 class Recording:
@@ -93,7 +93,7 @@ def test_none_raises_the_writes_error_and_asks_for_nothing_more() -> None:
 
 FAULTS = """
 import collections, resource, sys, threading
-from triggerfish_cli.big_buffers import reuse_big_buffers
+from triggerfish_cli.backup.big_buffers import reuse_big_buffers
 if sys.argv[1] == "reuse":
     assert reuse_big_buffers()
 def faults():

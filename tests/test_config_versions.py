@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from triggerfish_cli import config_versions as cv
+from triggerfish_cli.config import versions as cv
 from triggerfish_cli.errors import (
     BusyError,
     InvalidDataError,

@@ -20,10 +20,11 @@ from tests.helpers.memories import (
     mkey,
     write_memory_store,
 )
-from triggerfish_cli import memory, memory_upkeep
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError, UsageError
-from triggerfish_cli.memory import Malformed, MemoryRecord, parse_record, split_key
+from triggerfish_cli.memory import records as memory
+from triggerfish_cli.memory import upkeep as memory_upkeep
+from triggerfish_cli.memory.records import Malformed, MemoryRecord, parse_record, split_key
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -433,7 +434,7 @@ def test_the_checking_parser_and_the_plain_one_agree(
     msgspec (or where it refuses) it parses the whole object and checks each field.
     Both give the same record, or the same reason, for any value: later keys win
     (a repeated field), unknown fields and huge integers are kept in the document."""
-    from triggerfish_cli import memory as module
+    from triggerfish_cli.memory import records as module
 
     fields = {"content": content, "tags": tags, "expired": expired}
     fields["classification"] = classification

@@ -23,8 +23,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.gateway import memory_record
-from triggerfish_cli import memory
 from triggerfish_cli.classification import Level
+from triggerfish_cli.memory import records as memory
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
 AGENT = "main-session"

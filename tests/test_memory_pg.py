@@ -10,10 +10,11 @@ import pytest
 from tests.helpers.gateway import memory_record
 from tests.helpers.memories import CRON, MAIN, current_rows, mkey, write_memory_store
 from tests.helpers.services import Postgres
-from triggerfish_cli import memory, memory_upkeep
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.memory_index import SearchResult
+from triggerfish_cli.memory import records as memory
+from triggerfish_cli.memory import upkeep as memory_upkeep
+from triggerfish_cli.memory.index import SearchResult
 from triggerfish_cli.storage.postgres import PostgresStorage
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
@@ -143,7 +144,7 @@ def test_saves_and_deletes_keep_the_index_in_step(pg: PostgresStorage) -> None:
     def fail(old: str | None) -> str:
         raise UsageError("refused")
 
-    from triggerfish_cli.memory_pg import for_postgres
+    from triggerfish_cli.memory.pg import for_postgres
 
     before = dict(pg.scan("memory:"))
     with pytest.raises(UsageError):
@@ -175,8 +176,8 @@ def test_drift_from_writes_behind_our_back_and_reindex(
     drift = memory_upkeep.reindex(pg, taint=RES, dry_run=True)
     assert (drift.missing, drift.stale, drift.orphaned) == (1, 1, 1)
     # A read-only session cannot bring the index in step: stale rows are skipped.
-    from triggerfish_cli.memory_index import SearchRequest
-    from triggerfish_cli.memory_pg import for_postgres
+    from triggerfish_cli.memory.index import SearchRequest
+    from triggerfish_cli.memory.pg import for_postgres
 
     reader = for_postgres(pg.reopen(read_only=True))
     stale = reader.search(SearchRequest("calendar", False, INT, MAIN, None, 10))

@@ -9,7 +9,7 @@ import pytest
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.errors import InvalidDataError
-from triggerfish_cli.retention import (
+from triggerfish_cli.retention.policies import (
     defaults,
     format_duration,
     load_policies,
@@ -174,7 +174,7 @@ def test_invalid_policies_are_errors_naming_the_path(section: object, message: s
 
 
 def test_section_is_registered_for_config_validate(tmp_path: Path) -> None:
-    assert OUR_SECTIONS["retention"] == "triggerfish_cli.retention:check_section"
+    assert OUR_SECTIONS["retention"] == "triggerfish_cli.retention.policies:check_section"
     path = tmp_path / "triggerfish.yaml"
     path.write_text("models: {primary: x}\nretention:\n  sessions: 14d\n  hold: [audit]\n")
     check_our_sections(load_settings(path, explicit=True))

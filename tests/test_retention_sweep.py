@@ -31,9 +31,9 @@ from tests.helpers.records import (
 )
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.errors import BusyError, RefusedError
-from triggerfish_cli.retention import defaults, load_policies
-from triggerfish_cli.retention_plan import Plan
-from triggerfish_cli.retention_sweep import (
+from triggerfish_cli.retention.plan import Plan
+from triggerfish_cli.retention.policies import defaults, load_policies
+from triggerfish_cli.retention.sweep import (
     Pacing,
     SweepInterrupted,
     apply_plan,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from triggerfish_cli import secrets_guard as guard
+from triggerfish_cli.config import secrets_guard as guard
 
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"

@@ -7,8 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triggerfish_cli import secrets_guard as guard
-from triggerfish_cli import yaml_paths
+from triggerfish_cli.config import secrets_guard as guard
+from triggerfish_cli.config import yaml_paths
 from triggerfish_cli.errors import InvalidDataError, RefusedError
 
 # Credential-shaped values (fake, but in the real formats).

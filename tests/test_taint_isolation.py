@@ -21,9 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.helpers.gateway import memory_record, write_gateway_store
-from triggerfish_cli import memory, memory_upkeep
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.memory import records as memory
+from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
 AGENTS = ("main-session", "scheduler-slack-1712000000000")

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from tests.test_secrets_guard import GATEWAY_CONFIG
-from triggerfish_cli import secrets_guard as guard
-from triggerfish_cli import yaml_paths
+from triggerfish_cli.config import secrets_guard as guard
+from triggerfish_cli.config import yaml_paths
 from triggerfish_cli.errors import InvalidDataError
 
 

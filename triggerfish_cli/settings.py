@@ -240,9 +240,9 @@ def check_storage_section(section: Any, config_path: Path) -> None:
 #: ...); ``config validate`` runs them all. Imported lazily.
 OUR_SECTIONS: dict[str, str] = {
     "storage": "triggerfish_cli.settings:check_storage_section",
-    "retention": "triggerfish_cli.retention:check_section",
+    "retention": "triggerfish_cli.retention.policies:check_section",
     "metrics": "triggerfish_cli.metrics:check_section",
-    "backup": "triggerfish_cli.backup_settings:check_section",
+    "backup": "triggerfish_cli.backup.settings:check_section",
     "checks": "triggerfish_cli.checks:check_section",
 }
 

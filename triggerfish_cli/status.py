@@ -300,8 +300,8 @@ def _record(provider: StorageProvider, key: str | None) -> dict[str, Any] | None
 
 def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] | None:
     """The newest backup of this store in ``directory``, and how many it holds."""
-    from triggerfish_cli.backup_dest import LocalDestination
-    from triggerfish_cli.backup_stores import ref_of, same_store
+    from triggerfish_cli.backup.dest import LocalDestination
+    from triggerfish_cli.backup.stores import ref_of, same_store
 
     if not directory.is_dir():
         return None
@@ -327,7 +327,7 @@ def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] 
 def memory_drift(provider: StorageProvider) -> dict[str, Any]:
     """Index drift over every level, as ``memory reindex --dry-run`` (counts only)."""
     from triggerfish_cli.classification import Level
-    from triggerfish_cli.memory_index import index_for
+    from triggerfish_cli.memory.index import index_for
 
     drift = index_for(provider).check(list(Level), agent=None)
     counts = drift.as_dict()
@@ -337,7 +337,7 @@ def memory_drift(provider: StorageProvider) -> dict[str, Any]:
 
 
 def config_versions(provider: StorageProvider) -> dict[str, Any]:
-    from triggerfish_cli.config_versions import version_numbers
+    from triggerfish_cli.config.versions import version_numbers
 
     numbers = version_numbers(provider)
     return {

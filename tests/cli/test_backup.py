@@ -224,7 +224,7 @@ def test_a_large_backup_goes_to_s3_in_parts_and_verifies(
 ) -> None:
     import sqlite3
 
-    from triggerfish_cli import backup_s3
+    from triggerfish_cli.backup import s3 as backup_s3
 
     monkeypatch.setattr(backup_s3, "MULTIPART", 5 << 20)  # S3's smallest part
     conn = sqlite3.connect(gateway_db)
@@ -251,7 +251,7 @@ def test_a_large_backup_goes_to_s3_in_parts_and_verifies(
 def test_an_upload_s3_stored_differently_is_deleted_and_fails(
     cli: CliFn, gateway_db: Path, s3: S3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli import backup_s3
+    from triggerfish_cli.backup import s3 as backup_s3
 
     real = backup_s3._digests
     monkeypatch.setattr(backup_s3, "_digests", lambda path, size: (real(path, size)[0], "AAAA"))

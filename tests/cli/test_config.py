@@ -452,8 +452,8 @@ def test_our_sections_are_checked_strictly_before_writing(
 
 
 def test_a_file_changed_after_the_plan_is_not_overwritten(config: Path) -> None:
-    from triggerfish_cli import config_versions
-    from triggerfish_cli.config_rollback import apply_rollback, plan_rollback
+    from triggerfish_cli.config import versions as config_versions
+    from triggerfish_cli.config.rollback import apply_rollback, plan_rollback
     from triggerfish_cli.errors import BusyError
     from triggerfish_cli.storage.in_memory import MemoryStorage
 
@@ -647,7 +647,7 @@ def test_rollback_to_a_redacted_version_needs_the_values_again(
 def test_rollback_over_a_file_with_secrets_snapshots_it_redacted_and_keeps_a_copy(
     cli: CliFn, store: StoreHandle, config: Path, base_dir: Path
 ) -> None:
-    from triggerfish_cli.config_versions import backup_time
+    from triggerfish_cli.config.versions import backup_time
 
     ok(cli(*store.args, "config", "snapshot"))
     config.write_text(WITH_SECRETS)
@@ -985,7 +985,7 @@ def test_a_rollback_never_moves_the_store_silently(
 
 
 def test_keeping_the_storage_section_splices_text_only() -> None:
-    from triggerfish_cli.config_storage import keep_current, salvage_block
+    from triggerfish_cli.config.storage import keep_current, salvage_block
     from triggerfish_cli.errors import RefusedError
 
     version = "# top\nmodels: {}\nstorage:\n  backend: sqlite\n  # old\nlogging: {}\n"

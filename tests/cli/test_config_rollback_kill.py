@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import CliFn
-from triggerfish_cli.config_rollback import KILL_ENV, PENDING_KEY
+from triggerfish_cli.config.rollback import KILL_ENV, PENDING_KEY
 
 V1 = "gateway:\n  port: 18789\nlogging:\n  level: info\n"
 V2 = "gateway:\n  port: 18790\nlogging:\n  level: debug\n"
@@ -144,7 +144,7 @@ def test_a_failed_version_record_is_finished_by_the_next_command(
     cli: CliFn, setup: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The file written, the store failing when the version is recorded (disk full)."""
-    from triggerfish_cli import config_rollback
+    from triggerfish_cli.config import rollback as config_rollback
     from triggerfish_cli.errors import WriteError
 
     db, config = setup

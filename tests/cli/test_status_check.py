@@ -62,7 +62,7 @@ def backup_made(
     cli: CliFn, monkeypatch: pytest.MonkeyPatch, when: datetime, *, verify: bool
 ) -> None:
     """A backup of the store whose manifest says it was made at ``when``."""
-    import triggerfish_cli.backup_create as backup_create
+    import triggerfish_cli.backup.create as backup_create
 
     with monkeypatch.context() as patch:
         patch.setattr(backup_create, "now_iso", lambda: to_iso(when))

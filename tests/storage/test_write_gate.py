@@ -24,8 +24,8 @@ import pytest
 from tests.conftest import CliFn
 from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
-from triggerfish_cli.retention import defaults
-from triggerfish_cli.retention_sweep import read_plan
+from triggerfish_cli.retention.policies import defaults
+from triggerfish_cli.retention.sweep import read_plan
 from triggerfish_cli.storage import write_gate as write_gate_module
 from triggerfish_cli.storage.live_writers import (
     SHM_CKPT_LOCK,

@@ -163,9 +163,9 @@ def create_cmd(
     a partial copy for a lower-clearance environment; list, verify and
     restore say it is partial.
     """
-    from triggerfish_cli.backup_create import create_backup
-    from triggerfish_cli.backup_settings import backup_settings, choose_recipients
-    from triggerfish_cli.backup_verify import check, verify_in
+    from triggerfish_cli.backup.create import create_backup
+    from triggerfish_cli.backup.settings import backup_settings, choose_recipients
+    from triggerfish_cli.backup.verify import check, verify_in
     from triggerfish_cli.classification import parse_level
 
     if max_taint is not None and not logical:
@@ -289,7 +289,7 @@ def verify_cmd(
     (sizes, sha256 of the encrypted bytes), and it says the contents were
     not checked (exit 0; nothing recorded for backup list).
     """
-    from triggerfish_cli.backup_verify import check, verify_in
+    from triggerfish_cli.backup.verify import check, verify_in
 
     st = state(ctx)
     keys = identities(identity)
@@ -434,7 +434,7 @@ def restore_cmd(
     same transaction). Keys under no included prefix are never touched. The
     dry run counts, per namespace, what would be written and deleted.
     """
-    from triggerfish_cli.backup_include import normalize
+    from triggerfish_cli.backup.include import normalize
     from triggerfish_cli.cli.backup_restore import run_restore, run_undo, target_store
 
     st = state(ctx)
@@ -595,7 +595,7 @@ def prune_cmd(
     policy, separately). An empty policy is refused (exit 2). The newest
     verified backup of each store and unreadable files are never deleted.
     """
-    from triggerfish_cli.backup_prune import KeepPolicy, plan_prune, plan_prune_by_store
+    from triggerfish_cli.backup.prune import KeepPolicy, plan_prune, plan_prune_by_store
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -645,7 +645,7 @@ def keygen_cmd(
     format; keep it off the backup host. The public key printed is what
     --recipient and backup: recipients take: backing up needs only it.
     """
-    from triggerfish_cli.backup_crypt import keygen
+    from triggerfish_cli.backup.crypt import keygen
     from triggerfish_cli.serialization import now_iso
 
     st = state(ctx)

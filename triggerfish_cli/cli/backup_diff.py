@@ -11,7 +11,7 @@ from triggerfish_cli.cli.output import Column, safe
 from triggerfish_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup_diff import Diff
+    from triggerfish_cli.backup.diff import Diff
     from triggerfish_cli.cli.context import AppState
     from triggerfish_cli.cli.output import Output
 
@@ -41,8 +41,8 @@ def _rows(
     identities: Any = None,
 ) -> tuple[Any, Iterator[tuple[str, str]]]:
     """One side and its rows in key order; what they need stays open in ``stack``."""
-    from triggerfish_cli.backup_dest import temp_dir
-    from triggerfish_cli.backup_diff import Side, archive_rows, backup_side
+    from triggerfish_cli.backup.dest import temp_dir
+    from triggerfish_cli.backup.diff import Side, archive_rows, backup_side
     from triggerfish_cli.cli.backup_options import pick, this_store
     from triggerfish_cli.errors import InvalidDataError
     from triggerfish_cli.storage.identity import read_id
@@ -76,7 +76,7 @@ def run_diff(
     identities: Any = None,
 ) -> bool:
     """Compare the two sides and show the result; True when they differ."""
-    from triggerfish_cli.backup_diff import Diff, compare
+    from triggerfish_cli.backup.diff import Diff, compare
     from triggerfish_cli.classification import parse_level
     from triggerfish_cli.kv import RawReads
 

@@ -11,9 +11,9 @@ import typer
 from triggerfish_cli.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup_crypt import Identities
-    from triggerfish_cli.backup_dest import Destination, Entry
-    from triggerfish_cli.backup_stores import StoreRef
+    from triggerfish_cli.backup.crypt import Identities
+    from triggerfish_cli.backup.dest import Destination, Entry
+    from triggerfish_cli.backup.stores import StoreRef
     from triggerfish_cli.cli.context import AppState
 
 
@@ -87,7 +87,7 @@ IdentityOpt = Annotated[
 
 
 def identities(paths: list[Path] | None) -> Identities | None:
-    from triggerfish_cli.backup_crypt import identities_from
+    from triggerfish_cli.backup.crypt import identities_from
 
     return identities_from(paths)
 
@@ -122,7 +122,7 @@ def sse_of(
 ) -> tuple[str | None, str | None]:
     """S3 server-side encryption for a backup destination: --sse/--sse-kms-key-id, else
     ``backup: sse``, else the ``storage:`` section's when the store is in S3."""
-    from triggerfish_cli.backup_settings import backup_settings
+    from triggerfish_cli.backup.settings import backup_settings
 
     if sse is not None or key_id is not None:
         if key_id is not None and sse is Sse.aes256:
@@ -146,7 +146,7 @@ def destination(
     sse: tuple[str | None, str | None] = (None, None),
 ) -> Destination:
     """A backup directory or S3 prefix; None: the default directory."""
-    from triggerfish_cli.backup_dest import open_destination
+    from triggerfish_cli.backup.dest import open_destination
 
     return open_destination(spec, endpoint_url=endpoint_url, create=create, sse=sse)
 
@@ -154,7 +154,7 @@ def destination(
 def this_store(st: AppState) -> StoreRef:
     """The store the command is on, as backups name it; one that does not exist (or
     cannot be reached) is known by its place alone. Reads only."""
-    from triggerfish_cli.backup_stores import ref_of, ref_of_missing
+    from triggerfish_cli.backup.stores import ref_of, ref_of_missing
     from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError
 
     config = st.storage_config()
@@ -168,7 +168,7 @@ def this_store(st: AppState) -> StoreRef:
 
 def of_store(entries: list[Entry], store: StoreRef | None) -> list[Entry]:
     """The entries of ``store`` (None: all); unreadable ones are in every list."""
-    from triggerfish_cli.backup_stores import same_store
+    from triggerfish_cli.backup.stores import same_store
 
     if store is None:
         return entries
@@ -178,7 +178,7 @@ def of_store(entries: list[Entry], store: StoreRef | None) -> list[Entry]:
 def by_store(entries: list[Entry]) -> list[Entry]:
     """``entries`` grouped by store (backup_stores.groups), each group oldest first;
     unreadable ones first."""
-    from triggerfish_cli.backup_stores import groups
+    from triggerfish_cli.backup.stores import groups
 
     readable = [entry for entry in entries if entry.manifest is not None]
     by_manifest = {id(entry.manifest): entry for entry in readable}
@@ -205,7 +205,7 @@ def pick(
     sse: tuple[str | None, str | None] = (None, None),
 ) -> tuple[Destination, str]:
     """The destination and archive name a FILE or --latest (of ``store``) designates."""
-    from triggerfish_cli.backup_dest import LocalDestination
+    from triggerfish_cli.backup.dest import LocalDestination
 
     if file and latest:
         raise UsageError("give a FILE or --latest, not both")

@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING, Any
 from triggerfish_cli.cli.output import Column, Output, human_bytes, safe, text_column
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup_dest import Entry
-    from triggerfish_cli.backup_prune import PrunePlan
-    from triggerfish_cli.backup_verify import Verified
+    from triggerfish_cli.backup.dest import Entry
+    from triggerfish_cli.backup.prune import PrunePlan
+    from triggerfish_cli.backup.verify import Verified
 
 
 def _with_store(row: dict[str, Any], entry: Entry, out: Output) -> dict[str, Any]:
     """The table shows each backup's store by a short name (JSON has the whole source)."""
     if out.fmt != "table":
         return row
-    from triggerfish_cli.backup_stores import label
+    from triggerfish_cli.backup.stores import label
 
     shown = {**row, "store": label(entry.manifest)}
     if entry.manifest is not None and entry.manifest.encrypted and row.get("kind"):
@@ -54,7 +54,7 @@ def show_verified(out: Output, results: Sequence[Verified]) -> None:
         return
     if out.quiet:
         return
-    from triggerfish_cli.backup_stores import groups, label
+    from triggerfish_cli.backup.stores import groups, label
 
     stores = groups(result.manifest for result in results if result.manifest is not None)
     heading = len(stores) > 1  # several stores' backups: a heading before each store's

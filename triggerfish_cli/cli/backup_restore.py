@@ -9,16 +9,16 @@ from triggerfish_cli.cli.backup_output import show_restore
 from triggerfish_cli.errors import InvalidDataError, RefusedError, TriggerfishError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup_crypt import Identities
-    from triggerfish_cli.backup_dest import Destination
-    from triggerfish_cli.backup_stores import StoreRef
+    from triggerfish_cli.backup.crypt import Identities
+    from triggerfish_cli.backup.dest import Destination
+    from triggerfish_cli.backup.stores import StoreRef
     from triggerfish_cli.cli.context import AppState
     from triggerfish_cli.cli.output import Output
 
 
 def target_store(st: AppState, target: Path | None) -> StoreRef:
     """The store a restore would replace, as backups name it (opened read-only, closed)."""
-    from triggerfish_cli.backup_stores import ref_of, ref_of_missing
+    from triggerfish_cli.backup.stores import ref_of, ref_of_missing
     from triggerfish_cli.cli.backup_options import this_store
     from triggerfish_cli.errors import MissingStoreError
     from triggerfish_cli.settings import StorageConfig
@@ -45,7 +45,7 @@ def target_store(st: AppState, target: Path | None) -> StoreRef:
 
 def check_store(manifest: Any, name: str, store: StoreRef, *, other_store: bool) -> None:
     """Refuse (exit 4) to put another store's backup over a store that holds keys."""
-    from triggerfish_cli.backup_stores import manifest_ref, same_store
+    from triggerfish_cli.backup.stores import manifest_ref, same_store
 
     if other_store or store.empty or same_store(manifest, store):
         return
@@ -70,15 +70,15 @@ def run_restore(
     dry_run: bool,
     identities: Identities | None = None,
 ) -> None:
-    from triggerfish_cli.backup_stores import manifest_ref
+    from triggerfish_cli.backup.stores import manifest_ref
 
     entry = dest.entry(name)
     if entry.manifest is None:
         raise InvalidDataError(entry.error or f"{name}: not a backup")
     manifest = entry.manifest
     if manifest.sealed:  # what it holds and whose it is are inside the encryption
-        from triggerfish_cli.backup_archive import open_sealed
-        from triggerfish_cli.backup_restore import needs_identity
+        from triggerfish_cli.backup.archive import open_sealed
+        from triggerfish_cli.backup.restore import needs_identity
 
         if identities is None:
             raise needs_identity(name)
@@ -110,8 +110,8 @@ def _physical(
     options: dict[str, Any],
     dry_run: bool,
 ) -> None:
-    from triggerfish_cli.backup_restore import PRE_RESTORE, check_not_open, restore_physical
-    from triggerfish_cli.backup_stores import new_identity
+    from triggerfish_cli.backup.restore import PRE_RESTORE, check_not_open, restore_physical
+    from triggerfish_cli.backup.stores import new_identity
 
     force = options["force"]
     check_not_open(target, force)
@@ -162,9 +162,9 @@ def _logical(
     options: dict[str, Any],
     dry_run: bool,
 ) -> None:
-    from triggerfish_cli.backup_dest import temp_dir
-    from triggerfish_cli.backup_restore import load_logical, load_mode, safety_backup
-    from triggerfish_cli.backup_stores import new_identity
+    from triggerfish_cli.backup.dest import temp_dir
+    from triggerfish_cli.backup.restore import load_logical, load_mode, safety_backup
+    from triggerfish_cli.backup.stores import new_identity
 
     include = options["include"]
     if include:
@@ -260,8 +260,8 @@ def _included(
     dest: Destination, name: str, provider: Any, mode: str, options: dict[str, Any]
 ) -> dict[str, Any]:
     """The dry run of --include: the archive read through, counted per namespace."""
-    from triggerfish_cli.backup_dest import temp_dir
-    from triggerfish_cli.backup_restore import plan_include
+    from triggerfish_cli.backup.dest import temp_dir
+    from triggerfish_cli.backup.restore import plan_include
 
     with temp_dir(dest.scratch_dir(), "restore") as work, dest.local_copy(name, work) as path:
         found = plan_include(
@@ -279,7 +279,7 @@ def _included(
 def _safety_recipients(st: AppState) -> list[Any] | None:
     """The keys a pre-restore safety copy is encrypted to (those of backup: recipients);
     None when the settings require encryption but name no key (it is then refused)."""
-    from triggerfish_cli.backup_settings import backup_settings, configured_recipients
+    from triggerfish_cli.backup.settings import backup_settings, configured_recipients
 
     found = backup_settings(st.settings())
     if found.has_recipients:
@@ -288,7 +288,7 @@ def _safety_recipients(st: AppState) -> list[Any] | None:
 
 
 def run_undo(out: Output, target: Path, *, force: bool, yes: bool, dry_run: bool) -> None:
-    from triggerfish_cli.backup_restore import check_not_open, pre_restores, undo
+    from triggerfish_cli.backup.restore import check_not_open, pre_restores, undo
 
     found = pre_restores(target)
     if not dry_run and found:

@@ -57,7 +57,7 @@ RedactOpt = Annotated[
 def _provider(st: AppState, out: Output, *, dry_run: bool = False) -> StorageProvider:
     """The store holding the versions; a rollback killed or failing between writing the
     file and recording its version is finished first (a dry run only says so)."""
-    from triggerfish_cli.config_rollback import PENDING_KEY, Pending, finish_pending
+    from triggerfish_cli.config.rollback import PENDING_KEY, Pending, finish_pending
     from triggerfish_cli.errors import TriggerfishError
 
     provider = _open_provider(st, out)
@@ -86,7 +86,7 @@ def _open_provider(st: AppState, out: Output) -> StorageProvider:
     store, or the default store is used (config_storage.fallback_settings),
     with a warning either way.
     """
-    from triggerfish_cli.config_storage import fallback_settings
+    from triggerfish_cli.config.storage import fallback_settings
     from triggerfish_cli.errors import (
         InvalidDataError,
         MissingStoreError,
@@ -131,7 +131,7 @@ def snapshot_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Store the current file as a new version (unless it equals the newest)."""
-    from triggerfish_cli import config_versions
+    from triggerfish_cli.config import versions as config_versions
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -167,8 +167,8 @@ def snapshot_cmd(
 @app.command("history")
 def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """Every stored version, oldest first, and which one the file on disk is."""
-    from triggerfish_cli import config_versions as cv
     from triggerfish_cli.cli.output import Column, human_bytes, text_column
+    from triggerfish_cli.config import versions as cv
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -199,7 +199,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
 
 
 def _version_or_newest(provider: StorageProvider, text: str | None) -> Any:
-    from triggerfish_cli import config_versions as cv
+    from triggerfish_cli.config import versions as cv
     from triggerfish_cli.errors import NotFoundError
 
     if text is not None:
@@ -258,7 +258,7 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "changes": [{"path", "change", "old", "new"}]}
     with changed keys as dotted paths.
     """
-    from triggerfish_cli import config_versions as cv
+    from triggerfish_cli.config import versions as cv
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -286,8 +286,8 @@ def diff_cmd(
 def _show_diff(
     out: Output, text_a: str, text_b: str, a: tuple[str, str], b: tuple[str, str]
 ) -> None:
-    from triggerfish_cli import config_diff
     from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.config import diff as config_diff
 
     (name_a, label_a), (name_b, label_b) = a, b
     if out.fmt == "table":
@@ -307,7 +307,7 @@ def _show_diff(
 def _secrets_file(source: Path | None) -> dict[str, Any]:
     if source is None:
         return {}
-    from triggerfish_cli.config_rollback import parse_secret_values
+    from triggerfish_cli.config.rollback import parse_secret_values
     from triggerfish_cli.errors import InvalidDataError, NotFoundError
 
     try:
@@ -384,8 +384,8 @@ def rollback_cmd(
     A version whose storage: section differs from the file's would move the store
     underneath: refused unless --storage keep or --storage switch.
     """
-    from triggerfish_cli import config_versions as cv
-    from triggerfish_cli.config_rollback import SecretSupply, apply_rollback, plan_rollback
+    from triggerfish_cli.config import versions as cv
+    from triggerfish_cli.config.rollback import SecretSupply, apply_rollback, plan_rollback
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -460,8 +460,8 @@ def import_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Import the gateway's backups/triggerfish.yaml.<time> copies as versions, oldest first."""
-    from triggerfish_cli import config_import
     from triggerfish_cli.cli.output import Column, text_column
+    from triggerfish_cli.config import import_backups as config_import
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -517,8 +517,8 @@ def validate_cmd(
 ) -> None:
     """Check a config file: YAML syntax (line, column), duplicate keys, known sections,
     our storage:/retention: sections strictly, plain-text secrets. Exit 8 on errors."""
-    from triggerfish_cli import config_diff
-    from triggerfish_cli import config_versions as cv
+    from triggerfish_cli.config import diff as config_diff
+    from triggerfish_cli.config import versions as cv
     from triggerfish_cli.errors import InvalidDataError
 
     st = state(ctx)

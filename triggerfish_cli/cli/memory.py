@@ -21,7 +21,7 @@ from triggerfish_cli.cli.options import (
     taint_level,
 )
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.memory import DEFAULT_AGENT
+from triggerfish_cli.memory.records import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     from triggerfish_cli.cli.output import Output
@@ -103,8 +103,8 @@ def search_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Full-text search (stemmed) over key, content and tags, best first."""
-    from triggerfish_cli import memory
     from triggerfish_cli.cli.output import Column, text_column
+    from triggerfish_cli.memory import records as memory
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -154,7 +154,7 @@ def get_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """The highest visible version of one memory (exit 3 if none is visible)."""
-    from triggerfish_cli import memory
+    from triggerfish_cli.memory import records as memory
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -181,8 +181,8 @@ def list_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every visible memory (the version get would return), by agent and key."""
-    from triggerfish_cli import memory
     from triggerfish_cli.cli.output import Column, text_column
+    from triggerfish_cli.memory import records as memory
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -218,7 +218,7 @@ def save_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Save a memory at exactly the taint's level (keeps createdAt, revives a deleted key)."""
-    from triggerfish_cli import memory
+    from triggerfish_cli.memory import records as memory
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -253,7 +253,7 @@ def delete_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Soft-delete a memory at exactly the taint's level (kept in the store for audit)."""
-    from triggerfish_cli import memory
+    from triggerfish_cli.memory import records as memory
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -280,8 +280,8 @@ def history_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every version of a key at visible levels, soft-deleted ones included."""
-    from triggerfish_cli import memory
     from triggerfish_cli.cli.output import Column, text_column
+    from triggerfish_cli.memory import records as memory
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))

@@ -85,7 +85,7 @@ def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
     params = ctx.find_root().params
     st = AppState(db=params.get("db"), config=params.get("config"), backend=params.get("backend"))
     try:
-        from triggerfish_cli.config_versions import version_numbers
+        from triggerfish_cli.config.versions import version_numbers
 
         numbers = version_numbers(st.provider())
     except Exception:  # completion must never print a traceback into the shell

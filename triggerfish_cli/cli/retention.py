@@ -24,7 +24,7 @@ from triggerfish_cli.cli.retention_output import brief, report, show_plan
 from triggerfish_cli.errors import UsageError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.retention import Policies
+    from triggerfish_cli.retention.policies import Policies
 
 app = sub_app(
     "retention",
@@ -55,7 +55,7 @@ AsOfOpt = Annotated[
 
 
 def _policies(st: AppState) -> Policies:
-    from triggerfish_cli.retention import policies_from_settings
+    from triggerfish_cli.retention.policies import policies_from_settings
 
     return policies_from_settings(st.settings())
 
@@ -132,7 +132,7 @@ def plan_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """What a sweep would do now, per namespace (count, bytes, oldest, rule). Writes nothing."""
-    from triggerfish_cli.retention_sweep import read_plan
+    from triggerfish_cli.retention.sweep import read_plan
 
     st = state(ctx)
     policies = _policies(st)
@@ -222,7 +222,7 @@ def sweep_cmd(
     kill leaves the store consistent; the next sweep finishes the job. One
     audit record per sweep. --dry-run prints the plan.
     """
-    from triggerfish_cli.retention_sweep import (
+    from triggerfish_cli.retention.sweep import (
         Pacing,
         apply_plan,
         check_limit,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from triggerfish_cli.cli.output import Output
-    from triggerfish_cli.retention_plan import Plan
+    from triggerfish_cli.retention.plan import Plan
 
 
 def plan_rows(out: Output, plan: Plan) -> None:

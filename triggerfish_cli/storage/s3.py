@@ -143,7 +143,7 @@ class S3Storage(BaseStorage):
         """``as_store``: the prefix must hold a store (its identity object or any key),
         or is made one with ``create``; False: plain object access (backups).
         ``sse``/``sse_kms_key_id``: server-side encryption of every object written."""
-        from triggerfish_cli.backup_settings import sse_args
+        from triggerfish_cli.backup.settings import sse_args
 
         #: ServerSideEncryption / SSEKMSKeyId of every put (storage: sse).
         self.put_extra = sse_args(sse, sse_kms_key_id)

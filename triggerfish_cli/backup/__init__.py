@@ -1,0 +1,1 @@
+"""Backups: archives, encryption, destinations (local, S3), create, verify, restore, prune, diff."""

@@ -1,0 +1,499 @@
+"""``backup verify``: prove that an archive restores to what its manifest says.
+
+One pass over the payload hashes it (sha256 against the manifest) while
+decompressing it: a physical backup into a scratch SQLite file that then
+passes SQLite's integrity check (``PRAGMA integrity_check``, in pieces on
+every core: storage/integrity.py), the FTS5 integrity check of the memory
+index when the store has one, and the key counts per namespace and memories
+per level of the manifest; a logical backup line by line (valid JSON, keys
+strictly increasing, the same counts). The verdict is recorded beside the
+archive (``<name>.verified``) for ``backup list`` and ``backup prune``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli import cells
+from triggerfish_cli.backup.archive import (
+    LimitedHashingReader,
+    Manifest,
+    decompress_chunks,
+    decompress_into,
+    open_sealed,
+    read_manifest,
+)
+from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows
+from triggerfish_cli.backup.crypt import Decryptor, Identities
+from triggerfish_cli.backup.dest import Destination
+from triggerfish_cli.backup.partial import above
+from triggerfish_cli.classification import parse_level
+from triggerfish_cli.errors import InvalidDataError, VerificationError
+from triggerfish_cli.progress import Reporter
+from triggerfish_cli.serialization import now_iso
+from triggerfish_cli.storage import integrity
+from triggerfish_cli.threads import block_signals
+
+
+@dataclass
+class Verified:
+    """The verdict on one archive: what was checked, and what failed."""
+
+    name: str
+    manifest: Manifest | None
+    failures: list[str] = field(default_factory=list)
+    checks: list[str] = field(default_factory=list)
+    invalid: bool = False
+    #: An encrypted archive checked without its key: the contents were not checked.
+    sealed: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.failures
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "ok": self.ok,
+            "kind": self.manifest.kind if self.manifest else None,
+            "created": self.manifest.created if self.manifest else None,
+            "keys": self.manifest.keys if self.manifest and not self.sealed else None,
+            "encrypted": bool(self.manifest and self.manifest.encrypted),
+            "contents_checked": not self.sealed,
+            "store_id": self.manifest.store_id if self.manifest else None,
+            "source": self.manifest.source if self.manifest else None,
+            "host": self.manifest.host if self.manifest else None,
+            "partial": self.manifest.partial if self.manifest else None,
+            "max_taint": self.manifest.max_taint if self.manifest else None,
+            "checks": self.checks,
+            "failures": self.failures,
+        }
+
+    def marker(self, size: int | None = None) -> dict[str, Any]:
+        return {
+            "at": now_iso(),
+            "size": size,
+            "ok": self.ok,
+            "sha256": self.manifest.archive_sha256 if self.manifest else None,
+            "failures": self.failures,
+        }
+
+
+def verify_file(
+    path: Path,
+    name: str | None = None,
+    *,
+    snapshot: Path | None = None,
+    durable: bool = False,
+    progress: Reporter | None = None,
+    identities: Identities | None = None,
+) -> Verified:
+    """Verify a local archive. ``snapshot``: where to decompress a physical one (kept);
+    ``durable``: fsync it (it is to become a store); ``progress``: told each phase.
+
+    An encrypted archive is decrypted with ``identities`` (a key that opens
+    none of it is exit 4); without them only what is outside the encryption
+    is checked (sizes, the sha256 of the encrypted parts) and the verdict
+    says the contents were not."""
+    from triggerfish_cli.backup.big_buffers import reuse_big_buffers
+    from triggerfish_cli.progress import SILENT, counted
+
+    reuse_big_buffers()  # the payload streams in 8 MiB chunks (backup/big_buffers.py)
+    progress = progress or SILENT
+    name = name or path.name
+    outer = read_manifest(path)
+    if outer.sealed and identities is None:
+        return _verify_sealed(path, name, outer)
+    with path.open("rb") as handle:
+        manifest = outer
+        if outer.sealed:
+            assert identities is not None
+            manifest = open_sealed(outer, _range_reader(handle), identities, name)
+        result = Verified(name, manifest)
+        progress.phase(f"checking {name}", manifest.content_bytes or None, unit="bytes")
+        handle.seek(0)
+        stream = _Stream(handle, outer, manifest, identities, name)
+        reader = stream.plain
+        try:
+            try:
+                if manifest.kind == "physical":
+                    if snapshot is None:
+                        raise ValueError("a physical backup needs a scratch file to verify")
+                    size = _write_snapshot(reader, manifest, snapshot, durable, progress)
+                    counts = None
+                else:
+                    chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
+                    size, counts = _read_lines(counted(chunks, progress), manifest, result)
+            except VerificationError as exc:
+                damage = stream.damage()
+                if damage:
+                    result.failures.append(damage)
+                    return result
+                reader.drain()
+                if reader.sha.hexdigest() != manifest.payload_sha256:
+                    result.failures.append(_checksum_failure(manifest, reader))
+                else:
+                    result.failures.append(f"decompress: {exc.message}")
+                return result
+            try:
+                reader.drain()
+                damage = stream.finish()
+            except VerificationError as exc:
+                damage = stream.damage() or exc.message
+            if damage:
+                result.failures.append(damage)
+                return result
+        finally:
+            stream.close()
+    if outer.sealed:
+        result.checks.append(
+            f"sha256 {outer.payload_sha256[:16]}... of the encrypted payload matches"
+        )
+    if reader.sha.hexdigest() != manifest.payload_sha256:
+        result.failures.append(_checksum_failure(manifest, reader))
+        return result
+    result.checks.append(f"sha256 {manifest.payload_sha256[:16]}... matches")
+    if size != manifest.content_bytes:
+        result.failures.append(
+            f"size: {size} bytes decompressed, the manifest says {manifest.content_bytes}"
+        )
+        return result
+    result.checks.append(f"{size} bytes decompressed")
+    if manifest.kind == "physical":
+        assert snapshot is not None
+        progress.phase(f"integrity check of {name}")
+        counts = _check_sqlite(snapshot, manifest, result)
+    if counts is not None:
+        _compare_counts(manifest, counts, result)
+    return result
+
+
+def _range_reader(handle: Any) -> Any:
+    def read_range(offset: int, length: int) -> bytes:
+        handle.seek(offset)
+        return bytes(handle.read(length))
+
+    return read_range
+
+
+class _Stream:
+    """The payload of an archive as read: the plaintext (hashed), and for an encrypted
+    archive the encrypted bytes (hashed) with age between them."""
+
+    def __init__(
+        self,
+        handle: Any,
+        outer: Manifest,
+        manifest: Manifest,
+        identities: Identities | None,
+        name: str,
+    ) -> None:
+        self.outer = outer
+        self.cipher: LimitedHashingReader | None = None
+        self.decryptor: Decryptor | None = None
+        if outer.sealed:
+            assert identities is not None
+            self.cipher = LimitedHashingReader(handle, outer.payload_bytes)
+            self.decryptor = Decryptor(self.cipher, identities, name, outer.recipients or [])
+            self.plain = LimitedHashingReader(self.decryptor, manifest.payload_bytes)  # type: ignore[arg-type]
+        else:
+            self.plain = LimitedHashingReader(handle, manifest.payload_bytes)
+
+    def close(self) -> None:
+        if self.decryptor is not None:
+            self.decryptor.close()
+
+    def damage(self) -> str | None:
+        """For an encrypted archive that failed: whether its encrypted bytes are damaged."""
+        if self.cipher is None:
+            return None
+        self.close()
+        self.cipher.drain()
+        return _cipher_failure(self.outer, self.cipher)
+
+    def finish(self) -> str | None:
+        """After the plaintext was read: the rest of age's stream, the encrypted bytes' sha."""
+        if self.decryptor is None or self.cipher is None:
+            return None
+        left = self.decryptor.finish()
+        if left:
+            return f"size: {left} bytes after the payload the manifest describes"
+        return _cipher_failure(self.outer, self.cipher)
+
+
+@contextlib.contextmanager
+def payload_stream(
+    handle: Any, manifest: Manifest, identities: Identities | None, name: str
+) -> Iterator[LimitedHashingReader]:
+    """The (decrypted) payload of an archive already verified, as a reader."""
+    outer = manifest.outer or manifest
+    handle.seek(0)
+    stream = _Stream(handle, outer, manifest, identities, name)
+    try:
+        yield stream.plain
+    finally:
+        stream.close()
+
+
+def _cipher_failure(outer: Manifest, cipher: LimitedHashingReader) -> str | None:
+    found = cipher.sha.hexdigest()
+    if found == outer.payload_sha256:
+        return None
+    return (
+        f"checksum: encrypted payload sha256 is {found[:16]}..., "
+        f"the manifest says {outer.payload_sha256[:16]}... (the archive is damaged)"
+    )
+
+
+def _verify_sealed(path: Path, name: str, outer: Manifest) -> Verified:
+    """What a keyless verify of an encrypted archive can check: both encrypted parts'
+    sizes and sha256, and that each is an age file."""
+    import hashlib
+
+    from triggerfish_cli.backup.crypt import AGE_MAGIC
+
+    result = Verified(name, outer, sealed=True)
+    with path.open("rb") as handle:
+        reader = LimitedHashingReader(handle, outer.payload_bytes)
+        head = reader.read(len(AGE_MAGIC))
+        reader.drain()
+        sealed = handle.read(outer.sealed_bytes)
+    if head != AGE_MAGIC or not sealed.startswith(AGE_MAGIC):
+        result.failures.append("format: the encrypted parts are not age files")
+        return result
+    failure = _cipher_failure(outer, reader)
+    if failure:
+        result.failures.append(failure)
+        return result
+    if hashlib.sha256(sealed).hexdigest() != outer.sealed_sha256:
+        result.failures.append(
+            "checksum: the encrypted manifest's sha256 is not the one recorded "
+            "(the archive is damaged)"
+        )
+        return result
+    result.checks.append(f"sha256 {outer.payload_sha256[:16]}... of the encrypted payload matches")
+    result.checks.append(f"{outer.payload_bytes + outer.sealed_bytes} encrypted bytes")
+    return result
+
+
+def _checksum_failure(manifest: Manifest, reader: LimitedHashingReader) -> str:
+    return (
+        f"checksum: payload sha256 is {reader.sha.hexdigest()[:16]}..., "
+        f"the manifest says {manifest.payload_sha256[:16]}... (the archive is damaged)"
+    )
+
+
+def _write_snapshot(
+    reader: LimitedHashingReader,
+    manifest: Manifest,
+    snapshot: Path,
+    durable: bool,
+    progress: Reporter,
+) -> int:
+    size = 0
+    fd = os.open(snapshot, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        for count in decompress_into(reader, manifest.compression, manifest.frames, fd):
+            progress.advance(count)
+            size += count
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    return size
+
+
+def _read_lines(
+    chunks: Iterator[bytes | memoryview], manifest: Manifest, result: Verified
+) -> tuple[int, Counts]:
+    """Size and counts of a logical payload; a partial one holds nothing above its level."""
+    counter = KeyCounter()
+    size = 0
+    previous: str | None = None
+    number = 0
+    ceiling = parse_level(manifest.max_taint) if manifest.max_taint else None
+    above_it = 0
+    for key, value, number, size_so_far in iter_lines(chunks):
+        if previous is not None and not cells.before(previous, key):
+            raise_line(number, f"key {cells.name(key)} out of order (after {cells.name(previous)})")
+        previous = key
+        counter.add(key)
+        size = size_so_far
+        if ceiling is not None and above(key, value, ceiling):
+            above_it += 1
+    if ceiling is not None:
+        if above_it:
+            result.failures.append(
+                f"partial: {above_it} row(s) classified above {ceiling.name}, "
+                "which this partial backup must not hold"
+            )
+        else:
+            result.checks.append(f"partial: nothing above {ceiling.name} (--max-taint)")
+    return size, counter.counts()
+
+
+def raise_line(number: int, what: str) -> None:
+    raise VerificationError(f"line {number}: {what}")
+
+
+def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str, int, int]]:
+    """``(key, value, line number, bytes so far)`` of a logical payload."""
+    decode = json.JSONDecoder().decode
+    pending = b""
+    size = 0
+    number = 0
+    for chunk in chunks:
+        size += len(chunk)
+        pending += chunk
+        lines = pending.split(b"\n")
+        pending = lines.pop()
+        for raw in lines:
+            number += 1
+            try:
+                document = decode(raw.decode("utf-8"))
+            except ValueError as exc:
+                raise VerificationError(f"line {number}: not valid JSON ({exc})") from None
+            key = document.get("key") if isinstance(document, dict) else None
+            value = document.get("value") if isinstance(document, dict) else None
+            if not isinstance(key, str) or not isinstance(value, str):
+                # Not UTF-8 text (cells.py): {"$bytes": ..., "type": ...}, a NULL key.
+                try:
+                    key = cells.from_json(
+                        key, null=isinstance(document, dict) and "key" in document
+                    )
+                    value = cells.from_json(value)
+                except ValueError:
+                    raise VerificationError(
+                        f"line {number}: not a {{key, value}} pair of strings"
+                    ) from None
+            yield key, value, number, size
+    if pending:
+        raise VerificationError(f"line {number + 1}: incomplete (no newline at the end)")
+
+
+def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
+    """SQLite's integrity check in pieces on every core (storage/integrity.py), the
+    other checks beside them."""
+    workers = max(2, min(4, os.cpu_count() or 1))
+    problems: list[str] = []
+    try:
+        pieces = integrity.plan(snapshot, parts=2 * workers)
+    except sqlite3.Error as exc:
+        pieces, problems = [], [f"sqlite: {exc}"]
+    with ThreadPoolExecutor(workers, "backup-integrity", initializer=block_signals) as pool:
+        found = [pool.submit(_piece, piece) for piece in pieces]
+        rest = pool.submit(_check_rest, snapshot, manifest, result)
+        for future in found:
+            problems.extend(future.result())
+        counts = rest.result()
+    if problems:
+        result.failures.insert(0, "integrity check: " + "; ".join(problems[:5]))
+        return None
+    result.checks.insert(0, "SQLite integrity check: ok")
+    return counts
+
+
+def _piece(piece: integrity.Piece) -> list[str]:
+    try:
+        return piece()
+    except sqlite3.Error as exc:
+        return [f"sqlite: {exc}"]
+
+
+def _check_rest(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
+    try:
+        with contextlib.closing(integrity.open_checked(snapshot)) as conn:
+            pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+            if manifest.page_count is not None and pages != manifest.page_count:
+                result.failures.append(
+                    f"page count: {pages}, the manifest says {manifest.page_count}"
+                )
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            if "kv" not in tables:
+                result.failures.append("schema: no kv table: not a Triggerfish store")
+                return None
+            if "memory_fts" in tables:
+                try:
+                    conn.execute("INSERT INTO memory_fts(memory_fts) VALUES('integrity-check')")
+                    result.checks.append("memory_fts integrity-check: ok")
+                except sqlite3.Error as exc:
+                    result.failures.append(f"memory_fts integrity-check: {exc}")
+            return count_rows(conn)
+    except sqlite3.Error as exc:
+        result.failures.append(f"sqlite: {exc}")
+        return None
+
+
+def _compare_counts(manifest: Manifest, counts: Counts, result: Verified) -> None:
+    before = len(result.failures)
+    for label, expected, found in (
+        ("namespace", manifest.namespaces, counts.namespaces),
+        ("memories at", manifest.memories, counts.memories),
+    ):
+        for name in sorted(set(expected) | set(found)):
+            want, got = expected.get(name, 0), found.get(name, 0)
+            if want != got:
+                result.failures.append(
+                    f"{label} {name!r}: {got} in the backup, the manifest says {want}"
+                )
+    if counts.keys != manifest.keys:
+        result.failures.append(
+            f"keys: {counts.keys} in the backup, the manifest says {manifest.keys}"
+        )
+    if len(result.failures) == before:
+        result.checks.append(
+            f"{counts.keys} keys in {len(counts.namespaces)} namespace(s) match the manifest"
+        )
+
+
+def verify_in(
+    dest: Destination,
+    name: str,
+    *,
+    scratch: Path | None = None,
+    progress: Reporter | None = None,
+    identities: Identities | None = None,
+) -> Verified:
+    """Verify one archive of a destination and record the verdict beside it (not for a
+    keyless check of an encrypted one: its contents were not checked)."""
+    from triggerfish_cli.backup.dest import temp_dir
+
+    if progress is not None:
+        progress.phase(f"fetching {name}")
+    with (
+        temp_dir(scratch or dest.scratch_dir(), "verify") as work,
+        dest.local_copy(name, work) as path,
+    ):
+        size = path.stat().st_size
+        try:
+            result = verify_file(
+                path, name, snapshot=work / "snapshot.db", progress=progress, identities=identities
+            )
+        except InvalidDataError as exc:
+            result = Verified(name, None, [exc.message], invalid=True)
+        except VerificationError as exc:  # the sealed manifest is damaged
+            result = Verified(name, None, [exc.message])
+    if result.manifest is not None and not result.sealed:
+        dest.write_marker(name, result.marker(size))
+    return result
+
+
+def check(results: list[Verified]) -> None:
+    """Raise for the first failed archive (exit 8 for a non-backup, else 5), naming what."""
+    failed = [result for result in results if not result.ok]
+    if not failed:
+        return
+    first = failed[0]
+    more = f" (and {len(failed) - 1} more backup(s))" if len(failed) > 1 else ""
+    message = f"{first.name}: verification failed: {'; '.join(first.failures)}{more}"
+    if all(result.invalid for result in failed):
+        raise InvalidDataError(message)
+    raise VerificationError(message)

@@ -1,0 +1,1 @@
+"""triggerfish.yaml: versions, rollback, diff and validation, secrets, the gateway's own backups."""

@@ -1,0 +1,1 @@
+"""Memory records and their search indexes (FTS5 on SQLite, tsvector on Postgres)."""

@@ -1,0 +1,477 @@
+"""The memory search index: one small interface, one implementation per backend.
+
+kv is the source of truth for memories. An index is derived from it and may
+lag behind it (the gateway never indexes what cron and trigger runs save,
+and an edit to kv alone leaves the index stale), so an index implementation
+must check every hit against kv before returning it.
+
+The interface, :class:`MemoryIndex`, holds no SQL. A backend provides it
+through :func:`register_index`; a backend without one gets
+:class:`ScanIndex`, which reads every memory and gives the same results.
+
+``search(request)``
+    Hits for ``request`` at ``request.taint``, best first, at most
+    ``request.limit``, and exactly that many whenever that many visible
+    records match. Each hit is the version ``get`` would return for its agent
+    and key (the highest visible live version), and is returned only when
+    that version itself matches: a lower version never shows through.
+    Nothing above the taint is returned, counted or named. Level, expiry,
+    shadowing and tag filters apply before the limit.
+
+``write(storage_key, update)``
+    Read the current kv value of one memory, compute the new one with
+    ``update(old) -> new`` (which may raise to abort), write it, and bring
+    the index in step: a live record is indexed, anything else unindexed.
+    Atomic where the backend can (one transaction on SQLite).
+
+``hard_delete(items)``
+    Delete each ``(storage_key, value)`` whose value is still ``value``, and
+    its index rows, in short transactions; returns the count deleted.
+
+``check(levels, agent=)`` / ``repair(levels)``
+    Compare the index rows of those levels with kv (:class:`Drift`); repair
+    rewrites the rows that differ, so that afterwards the index holds
+    exactly one row per live record of those levels. Rows of other levels
+    are neither read nor touched.
+
+Query language: ``request.text`` is plain words unless ``request.raw``. Plain
+words: every word must occur, in the memory's key, content or tags, with the
+index's stemming; any text is a valid query. Raw: the index's own syntax
+(FTS5 for SQLite and the scan index), passed through; an invalid raw query
+is a UsageError.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from triggerfish_cli.classification import Level
+from triggerfish_cli.errors import UsageError
+from triggerfish_cli.memory.records import PREFIX, MemoryRecord, parse_record, storage_key
+from triggerfish_cli.serialization import fast_loads
+from triggerfish_cli.storage.provider import StorageProvider
+
+#: The columns plain-word queries search: never agent_id or classification,
+#: whose values (``main``, ``PUBLIC``) would otherwise match every record.
+SEARCHED_COLUMNS = "{key content tags}"
+HIGHLIGHT_START, HIGHLIGHT_END = "\ue000", "\ue001"
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    text: str
+    raw: bool
+    taint: Level
+    agent: str | None  # None: every agent
+    tag: str | None
+    limit: int
+
+
+@dataclass(frozen=True)
+class Hit:
+    record: MemoryRecord
+    score: float  # higher is better (bm25, sign flipped)
+    snippet: str
+    highlights: tuple[tuple[int, int], ...]  # [start, end) spans of matched terms in snippet
+
+    def as_dict(self) -> dict[str, Any]:
+        record = self.record
+        return {
+            "agent": record.agent,
+            "key": record.key,
+            "level": record.level.name,
+            "tags": list(record.tags),
+            "updated_at": record.updated_at,
+            "score": round(self.score, 6),
+            "snippet": self.snippet,
+            "highlights": [list(span) for span in self.highlights],
+            "content": record.content,
+            "storage_key": record.storage_key,
+        }
+
+
+@dataclass
+class SearchResult:
+    kind: str
+    hits: list[Hit] = field(default_factory=list)
+    #: index rows seen while searching that no longer match kv (skipped)
+    stale: int = 0
+    #: storage keys of malformed records seen while searching (visible levels only)
+    malformed: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Drift:
+    """How an index differs from kv, for the levels it was computed on."""
+
+    kind: str
+    levels: tuple[Level, ...]
+    indexed: bool = True  # False: this backend has no index (or its tables are missing)
+    tables_missing: bool = False
+    records: int = 0  # live records that should be indexed
+    in_sync: int = 0
+    missing: int = 0  # live records without index rows
+    stale: int = 0  # index rows that differ from kv
+    orphaned: int = 0  # index rows for no live record
+    duplicates: int = 0  # extra index rows for one record
+    fixed: int = 0
+    samples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def to_fix(self) -> int:
+        return self.missing + self.stale + self.orphaned
+
+    def note(self, category: str, skey: str) -> None:
+        setattr(self, category, getattr(self, category) + 1)
+        sample = self.samples.setdefault(category, [])
+        if len(sample) < 5:
+            sample.append(skey)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "levels": [level.name for level in self.levels],
+            "indexed": self.indexed,
+            "tables_missing": self.tables_missing,
+            "records": self.records,
+            "in_sync": self.in_sync,
+            "missing": self.missing,
+            "stale": self.stale,
+            "orphaned": self.orphaned,
+            "duplicates": self.duplicates,
+            "fixed": self.fixed,
+            "samples": self.samples,
+        }
+
+
+BatchCallback = Callable[[int], None]
+
+
+class MemoryIndex(Protocol):
+    """See the module docstring for the contract of each method."""
+
+    kind: str
+
+    def search(self, request: SearchRequest) -> SearchResult: ...
+
+    def write(
+        self, storage_key: str, update: Callable[[str | None], str]
+    ) -> tuple[str | None, str]: ...
+
+    def hard_delete(
+        self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
+    ) -> int: ...
+
+    def check(self, levels: Sequence[Level], *, agent: str | None = None) -> Drift: ...
+
+    def repair(
+        self, levels: Sequence[Level], *, on_batch: BatchCallback | None = None
+    ) -> Drift: ...
+
+
+#: backend name -> "module:function(provider) -> MemoryIndex", imported lazily.
+_INDEXES: dict[str, str] = {
+    "sqlite": "triggerfish_cli.memory.fts:for_sqlite",
+    "postgres": "triggerfish_cli.memory.pg:for_postgres",
+}
+
+
+def register_index(backend: str, target: str) -> None:
+    _INDEXES[backend] = target
+
+
+def index_for(provider: StorageProvider) -> MemoryIndex:
+    target = _INDEXES.get(provider.backend)
+    if target is None:
+        return ScanIndex(provider)
+    import importlib
+
+    module, _, function = target.partition(":")
+    index: MemoryIndex = getattr(importlib.import_module(module), function)(provider)
+    return index
+
+
+# -- FTS5 queries (shared by the SQLite index and the scan index) -----------------
+
+
+def bring_in_line(provider: StorageProvider, levels: Sequence[Level] | None = None) -> str:
+    """After a bulk load into ``provider``: its memory search index matches kv (at
+    ``levels``; None: every level).
+
+    The gateway searches its own SQLite index (``memory_fts``, ``memory_meta``):
+    rows loaded behind its back would be missing from its results. The data is
+    in place either way, so the outcome is a note for the operator, not an error.
+    """
+    from triggerfish_cli.errors import TriggerfishError
+    from triggerfish_cli.memory.records import visible_levels
+
+    try:
+        index = index_for(provider)
+        drift = index.repair(visible_levels(Level.RESTRICTED) if levels is None else levels)
+    except TriggerfishError as exc:
+        return f"the memory search index was not rebuilt ({exc.message}): run `memory reindex`"
+    return f"memory search index ({index.kind}): {drift.fixed} row(s) brought in line"
+
+
+def fts_string(text: str) -> str:
+    """``text`` as an FTS5 string: one phrase of its tokens, whatever it holds."""
+    return '"' + text.replace('"', '""') + '"'
+
+
+@functools.lru_cache(maxsize=1)
+def _probe() -> sqlite3.Connection:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    conn.execute("CREATE VIRTUAL TABLE probe USING fts5(t, tokenize='porter unicode61')")
+    return conn
+
+
+@functools.lru_cache(maxsize=4096)
+def has_tokens(text: str) -> bool:
+    """Whether the index's tokenizer finds any token in ``text`` (SQLite's own answer)."""
+    conn = _probe()
+    conn.execute("DELETE FROM probe")
+    conn.execute("INSERT INTO probe (t) VALUES (?)", (text,))
+    row = conn.execute("SELECT count(*) FROM probe WHERE probe MATCH ?", (fts_string(text),))
+    return bool(row.fetchone()[0])
+
+
+def fts_query(text: str, raw: bool) -> str:
+    """The FTS5 MATCH expression for a query.
+
+    Plain words: each whitespace-separated word becomes an FTS5 string (so
+    quotes, ``-``, ``'`` and unicode are never syntax), words without any
+    token are dropped, and all of them must occur in the key, content or
+    tags columns. Raw: the text itself.
+    """
+    if raw:
+        if not text.strip():
+            raise UsageError("the query is empty")
+        return text
+    return f"{SEARCHED_COLUMNS} : ({' '.join(query_phrases(text))})"
+
+
+def query_phrases(text: str) -> list[str]:
+    """The FTS5 strings of a plain query: one per word that holds a token."""
+    words = [word for word in text.split() if has_tokens(word)]
+    if not words:
+        raise UsageError(
+            f"nothing to search for in {text!r}", hint="give at least one word or number"
+        )
+    return [fts_string(word) for word in words]
+
+
+def level_match(match: str, taint: Level) -> str:
+    """``match`` restricted to the visible levels inside the full-text index itself.
+
+    The gateway indexes ``classification`` as a full-text column, so FTS5
+    can drop the rows above the taint while it intersects its doclists: they
+    are never read from the table, scored or sorted (the SQL level filter
+    stays, exact). At RESTRICTED every level is visible: nothing to add.
+    """
+    levels = [level for level in Level if level <= taint]
+    if len(levels) == len(Level):
+        return match
+    names = " OR ".join(fts_string(level.name) for level in levels)
+    return f"({match}) AND {{classification}} : ({names})"
+
+
+#: BM25's constants, and the fixed column length that stands in for its corpus average.
+K1, B, REFERENCE_LENGTH = 1.2, 0.75, 16.0
+
+
+def rank_score(matched: Sequence[int], lengths: Sequence[int | None]) -> float:
+    """A row's score from the row alone: higher is better.
+
+    bm25 as FTS5 computes it weighs each term by statistics over every row
+    of the index (how many rows hold it, their average length), rows above
+    the taint included, so a visible memory's score and order would depend
+    on hidden ones. This keeps bm25's shape with neither statistic: per
+    searched column (key, content, tags) that the query matches, bm25's
+    term weight for one occurrence with length normalisation against a
+    fixed reference length instead of the corpus average, and no IDF.
+    ``matched`` says per column whether it matches (0 or 1), ``lengths``
+    its token count (None: unknown, the reference).
+    """
+    score = 0.0
+    for hit, length in zip(matched, lengths, strict=True):
+        if hit:
+            size = REFERENCE_LENGTH if length is None else float(length)
+            score += (K1 + 1) / (1 + K1 * (1 - B + B * size / REFERENCE_LENGTH))
+    return score
+
+
+def column_sizes(blob: bytes | None, columns: Sequence[int]) -> list[int | None]:
+    """Token counts of ``columns`` from an FTS5 ``_docsize`` blob (SQLite varints)."""
+    if not blob:
+        return [None] * len(columns)
+    sizes: list[int] = []
+    value, index = 0, 0
+    data = bytes(blob)
+    while index < len(data):
+        byte = data[index]
+        index += 1
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            sizes.append(value)
+            value = 0
+    return [sizes[col] if col < len(sizes) else None for col in columns]
+
+
+def split_snippet(marked: str) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """Remove the highlight markers; return the text and the highlighted spans."""
+    text: list[str] = []
+    spans: list[tuple[int, int]] = []
+    length = 0
+    start: int | None = None
+    for char in marked:
+        if char == HIGHLIGHT_START:
+            start = length
+        elif char == HIGHLIGHT_END:
+            if start is not None and length > start:
+                spans.append((start, length))
+            start = None
+        else:
+            text.append(char)
+            length += 1
+    return "".join(text), tuple(spans)
+
+
+# -- the scan index: for backends without one ----------------------------------------
+
+
+#: An index hit before it is checked: storage key, agent, level name, key, the
+#: kv value it was indexed from, score (higher is better), marked snippet (or a
+#: function that makes it, called only for the rows that become hits).
+IndexRow = tuple[str, str, str, str, "str | None", float, "str | Callable[[], str] | None"]
+
+
+def accept_rows(
+    rows: Sequence[IndexRow],
+    fetch: Callable[[list[str]], dict[str, str]],
+    request: SearchRequest,
+    levels: Sequence[Level],
+    result: SearchResult,
+    seen: set[str],
+) -> None:
+    """Add to ``result`` the rows whose kv record is the live, visible top version.
+
+    The rules every index applies after its own match (the same as ``get``):
+    the kv value must still be the one indexed and live; a live version at a
+    higher visible level shadows it; the tag must be the record's own; each
+    record once. ``fetch`` reads kv values in one go (``get_many``).
+    """
+    wanted: list[str] = []
+    for _skey, agent, level_name, key, *_rest in rows:
+        level = Level[level_name]
+        wanted += [storage_key(agent, above, key) for above in levels if above >= level]
+    values = fetch(wanted)
+    loads = fast_loads()
+    for skey, agent, level_name, key, indexed, score, marked in rows:
+        if len(result.hits) >= request.limit:
+            return
+        value = values.get(skey)
+        record = None if value is None else parse_record(skey, value, loads)
+        if record is None:
+            result.stale += 1  # kv row gone: an orphaned index row
+            continue
+        if not isinstance(record, MemoryRecord):
+            if skey not in result.malformed:
+                result.malformed.append(skey)
+            continue
+        if record.expired or indexed != value or (record.agent, record.key) != (agent, key):
+            # kv changed since it was indexed (or the row is no record's: a ':' in its
+            # agent_id makes its storage key name another record)
+            result.stale += 1
+            continue
+        level = Level[level_name]
+        if any(_live(values, agent, above, key, loads) for above in levels if above > level):
+            continue  # shadowed: get returns a higher version
+        if request.tag is not None and request.tag not in record.tags:
+            continue
+        if skey in seen:
+            continue  # a duplicate index row
+        seen.add(skey)
+        snippet, spans = split_snippet((marked() if callable(marked) else marked) or "")
+        result.hits.append(Hit(record, score, snippet, spans))
+
+
+def _live(
+    values: dict[str, str], agent: str, level: Level, key: str, loads: Callable[[str], Any]
+) -> bool:
+    skey = storage_key(agent, level, key)
+    value = values.get(skey)
+    if value is None:
+        return False
+    record = parse_record(skey, value, loads)
+    return isinstance(record, MemoryRecord) and record.live
+
+
+class ScanIndex:
+    """No stored index: every search reads all memories and indexes them in RAM.
+
+    The RAM index holds exactly what a fresh ``reindex`` would put in the
+    SQLite tables (every live record, all agents and levels), and the search
+    runs the same code as the SQLite index on it, so the results are the
+    same. Writes go straight to kv; there is nothing to check or repair.
+    """
+
+    kind = "scan"
+
+    def __init__(self, provider: StorageProvider) -> None:
+        self.provider = provider
+
+    def search(self, request: SearchRequest) -> SearchResult:
+        """The RAM index holds the visible levels only: hidden rows are never read.
+
+        Keys are listed first and only the values at visible levels (of the
+        agent asked for) are fetched, so what lies above the taint is neither
+        read nor indexed; scores come from each row alone (``rank_score``).
+        """
+        from triggerfish_cli.memory.fts import Fts5Index, in_memory_copy
+        from triggerfish_cli.memory.records import agent_prefix, split_key, visible_levels
+
+        levels = set(visible_levels(request.taint))
+        keys = [
+            skey
+            for skey in self.provider.scan_keys(agent_prefix(request.agent), batch_size=2000)
+            if (parts := split_key(skey)) is not None and parts[1] in levels
+        ]
+        values = self.provider.get_many(keys)
+        index = Fts5Index(in_memory_copy((key, values[key]) for key in keys if key in values))
+        try:
+            result = index.search(request)
+        finally:
+            index.conn.close()
+        result.kind = self.kind
+        return result
+
+    def write(
+        self, storage_key: str, update: Callable[[str | None], str]
+    ) -> tuple[str | None, str]:
+        old = self.provider.get(storage_key)
+        new = update(old)
+        self.provider.set(storage_key, new)
+        return old, new
+
+    def hard_delete(
+        self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
+    ) -> int:
+        return self.provider.delete_if_unchanged(items, batch_size=500, on_batch=on_batch)
+
+    def check(self, levels: Sequence[Level], *, agent: str | None = None) -> Drift:
+        drift = Drift(self.kind, tuple(levels), indexed=False)
+        wanted = set(levels)
+        for skey, value in self.provider.scan(
+            PREFIX if agent is None else f"{PREFIX}{agent}:", batch_size=2000
+        ):
+            record = parse_record(skey, value)
+            if isinstance(record, MemoryRecord) and record.live and record.level in wanted:
+                drift.records += 1
+        return drift
+
+    def repair(self, levels: Sequence[Level], *, on_batch: BatchCallback | None = None) -> Drift:
+        return self.check(levels)
