@@ -8,27 +8,55 @@ page and pinned by tests.
 
 from __future__ import annotations
 
-EXIT_CODES: dict[int, str] = {
-    0: "success",
-    1: "unexpected error",
-    2: "usage error (bad option or argument)",
-    3: "not found (key, memory, version, backup)",
-    4: "refused by policy (taint, secrets guard, safety guard, missing --yes, "
+import enum
+
+
+class ExitStatus(enum.IntEnum):
+    """The exit codes of every command (README, man page, ``help --json``)."""
+
+    SUCCESS = 0
+    UNEXPECTED = 1
+    USAGE = 2
+    NOT_FOUND = 3
+    REFUSED = 4
+    VERIFICATION_FAILED = 5
+    BUSY = 6
+    BACKEND_UNAVAILABLE = 7
+    INVALID_DATA = 8
+    CANNOT_WRITE = 9
+    INTERRUPTED = 130
+
+    @property
+    def meaning(self) -> str:
+        return _MEANINGS[self]
+
+
+_MEANINGS: dict[ExitStatus, str] = {
+    ExitStatus.SUCCESS: "success",
+    ExitStatus.UNEXPECTED: "unexpected error",
+    ExitStatus.USAGE: "usage error (bad option or argument)",
+    ExitStatus.NOT_FOUND: "not found (key, memory, version, backup)",
+    ExitStatus.REFUSED: "refused by policy (taint, secrets guard, safety guard, missing --yes, "
     "another store's backup, a key that opens no recipient of an encrypted backup, "
     "a plain backup where encryption is required)",
-    5: "verification failed (backup checksum, integrity check)",
-    6: "busy or locked (another sweep running, database locked)",
-    7: "backend unavailable (no store there, cannot connect or open, extra not installed)",
-    8: "invalid data or config (malformed JSON, YAML, manifest, a kv table not the gateway's)",
-    9: "cannot write (disk full, read-only file system, permission denied)",
-    130: "interrupted",
+    ExitStatus.VERIFICATION_FAILED: "verification failed (backup checksum, integrity check)",
+    ExitStatus.BUSY: "busy or locked (another sweep running, database locked)",
+    ExitStatus.BACKEND_UNAVAILABLE: "backend unavailable (no store there, cannot connect or "
+    "open, extra not installed)",
+    ExitStatus.INVALID_DATA: "invalid data or config (malformed JSON, YAML, manifest, a kv "
+    "table not the gateway's)",
+    ExitStatus.CANNOT_WRITE: "cannot write (disk full, read-only file system, permission denied)",
+    ExitStatus.INTERRUPTED: "interrupted",
 }
+
+#: Code -> meaning, in order (for the reference tables).
+EXIT_CODES: dict[int, str] = {int(status): status.meaning for status in ExitStatus}
 
 
 class TriggerfishError(Exception):
     """Base of every error the core raises on purpose."""
 
-    exit_code = 1
+    exit_code: int = ExitStatus.UNEXPECTED.value
 
     def __init__(self, message: str, *, hint: str | None = None) -> None:
         super().__init__(message)
@@ -44,37 +72,37 @@ class TriggerfishError(Exception):
 class UsageError(TriggerfishError):
     """A bad option or argument the parser could not catch."""
 
-    exit_code = 2
+    exit_code: int = ExitStatus.USAGE.value
 
 
 class NotFoundError(TriggerfishError):
     """A key, memory, version or backup that does not exist."""
 
-    exit_code = 3
+    exit_code: int = ExitStatus.NOT_FOUND.value
 
 
 class RefusedError(TriggerfishError):
     """Refused by policy: taint, secrets guard, safety guard, missing --yes."""
 
-    exit_code = 4
+    exit_code: int = ExitStatus.REFUSED.value
 
 
 class VerificationError(TriggerfishError):
     """A checksum or integrity check failed."""
 
-    exit_code = 5
+    exit_code: int = ExitStatus.VERIFICATION_FAILED.value
 
 
 class BusyError(TriggerfishError):
     """Another process holds a lock we need (sweep lock, database lock)."""
 
-    exit_code = 6
+    exit_code: int = ExitStatus.BUSY.value
 
 
 class BackendUnavailableError(TriggerfishError):
     """The store cannot be opened or reached."""
 
-    exit_code = 7
+    exit_code: int = ExitStatus.BACKEND_UNAVAILABLE.value
 
 
 class MissingStoreError(BackendUnavailableError):
@@ -87,7 +115,7 @@ class MissingStoreError(BackendUnavailableError):
 class InvalidDataError(TriggerfishError):
     """Malformed data or configuration: JSON, YAML, a manifest, a policy."""
 
-    exit_code = 8
+    exit_code: int = ExitStatus.INVALID_DATA.value
 
 
 class WriteError(TriggerfishError):
@@ -97,7 +125,7 @@ class WriteError(TriggerfishError):
     the operator frees space and runs the same command again.
     """
 
-    exit_code = 9
+    exit_code: int = ExitStatus.CANNOT_WRITE.value
 
 
 #: errno values that mean "this place cannot take the write" (exit 9).

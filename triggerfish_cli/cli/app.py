@@ -13,12 +13,11 @@ import typer
 from typer import _click as click  # typer 0.26+ bundles its own Click
 from typer.core import TyperGroup
 
-from triggerfish_cli import __version__
+from triggerfish_cli import PROG, __version__
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import Format
-from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.errors import ExitStatus, TriggerfishError
 
-PROG = "triggerfish-admin"
 COMPLETE_VAR = "_TRIGGERFISH_ADMIN_COMPLETE"
 
 #: Command groups, imported only when used: a call runs one group, and
@@ -57,7 +56,7 @@ GROUPS: dict[str, tuple[str, str]] = {
 
 
 class Interrupted(TriggerfishError):
-    exit_code = 130
+    exit_code = ExitStatus.INTERRUPTED.value
 
 
 class PipeClosed(Exception):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-P = "triggerfish-admin"
+from triggerfish_cli import PROG
+
+P = PROG
 
 #: command path (after the program name) -> example command lines.
 EXAMPLES: dict[str, tuple[str, ...]] = {

@@ -41,7 +41,7 @@ from datetime import datetime
 from typing import Any
 
 from triggerfish_cli import audit
-from triggerfish_cli.errors import RefusedError, TriggerfishError
+from triggerfish_cli.errors import ExitStatus, RefusedError, TriggerfishError
 from triggerfish_cli.retention.plan import (
     CRON_HISTORY_LIVE,
     Action,
@@ -64,7 +64,7 @@ ProgressFn = Callable[[int], None]
 class SweepInterrupted(TriggerfishError):
     """The sweep was interrupted; what it finished stays, the rest is for the next sweep."""
 
-    exit_code = 130
+    exit_code = ExitStatus.INTERRUPTED.value
 
 
 @dataclass(frozen=True)
