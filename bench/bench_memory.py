@@ -114,9 +114,8 @@ EMPTY_INDEX = (
 
 def bench_reindex(path: object) -> None:
     from triggerfish_cli.classification import Level
-    from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
     from triggerfish_cli.memory import upkeep as memory_upkeep
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
 
     copy = scratch_copy(path, "memory-reindex-scratch.db")  # type: ignore[arg-type]
     raw = sqlite3.connect(copy, isolation_level=None)
@@ -206,10 +205,9 @@ def bench_list(path: object, repeat: int) -> None:
 def bench_hidden_word(hidden: int, repeat: int) -> None:
     """A PUBLIC search for a word only hidden rows hold, against an absent word."""
     from triggerfish_cli.classification import Level
-    from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.serialization import dumps
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
 
     path = DATA / f"memory-hidden-{hidden}.db"
     for suffix in ("", "-wal", "-shm"):

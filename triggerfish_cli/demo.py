@@ -56,17 +56,6 @@ WEBHOOK_SOURCES = ("github", "stripe", "uptime")
 #: Version of the generator's output: bench stores built by another are stale.
 GENERATOR = 2
 
-# The gateway's memory search tables, exactly as it creates them.
-MEMORY_FTS_SQL = (
-    "CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5("
-    "agent_id, classification, key, content, tags, tokenize='porter unicode61')"
-)
-MEMORY_META_SQL = (
-    "CREATE TABLE IF NOT EXISTS memory_meta ("
-    "agent_id TEXT NOT NULL, classification TEXT NOT NULL, key TEXT NOT NULL, "
-    "record_json TEXT NOT NULL, PRIMARY KEY (agent_id, classification, key))"
-)
-
 _WORDS = (
     "the agent user project deploy server database backup meeting invoice customer "
     "report schedule reminder weekly daily monthly budget contract review design "
@@ -652,7 +641,7 @@ def build_demo(
     for key, _value in rows:
         group = group_of(key)
         summary.counts[group] = summary.counts.get(group, 0) + 1
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
 
     progress.phase("writing", len(rows), unit="keys")
     written = _reported(rows, progress)

@@ -31,7 +31,6 @@ from typing import Any
 
 from triggerfish_cli import cells
 from triggerfish_cli.classification import Level
-from triggerfish_cli.demo import MEMORY_FTS_SQL, MEMORY_META_SQL
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.memory.index import (
     HIGHLIGHT_END,
@@ -64,6 +63,8 @@ from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.sqlite import (
     KV_SCHEMA,
+    MEMORY_FTS_SQL,
+    MEMORY_META_SQL,
     SqliteStorage,
     lenient,
     odd_rows,

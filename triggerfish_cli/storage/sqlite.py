@@ -62,6 +62,16 @@ KV_SCHEMA = "CREATE TABLE IF NOT EXISTS kv (key TEXT PRIMARY KEY, value TEXT NOT
 
 #: The gateway's memory search tables, created by the gateway at start-up.
 MEMORY_INDEX_TABLES = ("memory_fts", "memory_meta")
+#: Their statements, exactly as the gateway runs them (UPSTREAM.md).
+MEMORY_FTS_SQL = (
+    "CREATE VIRTUAL TABLE IF NOT EXISTS memory_fts USING fts5("
+    "agent_id, classification, key, content, tags, tokenize='porter unicode61')"
+)
+MEMORY_META_SQL = (
+    "CREATE TABLE IF NOT EXISTS memory_meta ("
+    "agent_id TEXT NOT NULL, classification TEXT NOT NULL, key TEXT NOT NULL, "
+    "record_json TEXT NOT NULL, PRIMARY KEY (agent_id, classification, key))"
+)
 
 T = TypeVar("T")
 
