@@ -58,20 +58,17 @@ from triggerfish_cli import namespaces
 from triggerfish_cli.retention.policies import Policies, Policy
 from triggerfish_cli.storage.provider import value_size
 
-#: Relational inputs: a namespace's plan needs these namespaces read in full.
+#: Namespaces that only index another (``Namespace.follows``), in registry order.
+#: A sweep reads them before what they follow (a key written meanwhile then
+#: finds its record), and deletes them after it (their guards see it gone).
+FOLLOWERS = tuple(ns.prefix for ns in namespaces.NAMESPACES if ns.follows)
+
+#: Relational inputs: a namespace's plan needs these namespaces read in full:
+#: a follower what it follows; a session whether it is in use or still talking.
 NEEDS: dict[str, tuple[str, ...]] = {
     "sessions:": ("main-session-id", "session-id:", "conv:"),
-    "taint:": ("sessions:",),
-    "conv-session:": ("conv:",),
-    "lineage-session:": ("lineage:",),
-    "lineage-hash:": ("lineage:",),
-    "lineage-fwd:": ("lineage:",),
+    **{ns.prefix: (ns.follows,) for ns in namespaces.NAMESPACES if ns.follows},
 }
-
-#: Order in which a sweep applies (and reads) namespaces: followers are
-#: read before what they follow (a key written meanwhile then finds its
-#: record), and deleted after it (their guards see it gone).
-FOLLOWERS = ("taint:", "conv-session:", "lineage-session:", "lineage-hash:", "lineage-fwd:")
 
 
 @dataclass(frozen=True)
