@@ -10,12 +10,12 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from typer import _click as click  # typer 0.26+ bundles its own Click
 from typer.core import TyperGroup
 
 from triggerfish_cli import PROG, __version__
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import Format
+from triggerfish_cli.cli.typer_compat import ParameterSource, click, init_completion
 from triggerfish_cli.errors import ExitStatus, TriggerfishError
 
 COMPLETE_VAR = "_TRIGGERFISH_ADMIN_COMPLETE"
@@ -123,9 +123,7 @@ class BoundaryGroup(TyperGroup):
         if os.environ.get(COMPLETE_VAR):
             # Shell completion: register typer's completion classes (source_bash,
             # complete_bash, ...) only now, so normal runs never pay for them.
-            from typer._completion_classes import completion_init
-
-            completion_init()
+            init_completion()
         debug = "--debug" in argv or os.environ.get("TRIGGERFISH_DEBUG", "") not in ("", "0")
         code = 0
         try:
@@ -193,8 +191,6 @@ def accept_globals(command: click.Command, root: click.Command) -> None:
     the same name (such as ``--format``) overrides both.
     """
     import copy
-
-    from typer._click.core import ParameterSource
 
     taken = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
     taken |= {"--help", "-h"}
@@ -418,7 +414,7 @@ def root(
 def _given_by(ctx: typer.Context, name: str, option: str, variable: str) -> str:
     """``option``, or ``variable`` when the value came from the environment."""
     source = ctx.get_parameter_source(name)
-    return variable if source == click.core.ParameterSource.ENVIRONMENT else option
+    return variable if source == ParameterSource.ENVIRONMENT else option
 
 
 def main() -> None:
