@@ -31,8 +31,9 @@ from tests.helpers.records import (
     workflow_version,
 )
 from triggerfish_cli import namespaces
-from triggerfish_cli.retention.plan import Guard, Plan, make_plan, needed, scan_order
+from triggerfish_cli.retention.plan import Guard, Plan, needed, scan_order
 from triggerfish_cli.retention.policies import Policies, defaults, load_policies
+from triggerfish_cli.retention.rules import make_plan
 from triggerfish_cli.serialization import parse_iso
 
 

@@ -1,11 +1,11 @@
 """The retention plan: a pure function of the records, the policies and ``now``.
 
-:func:`make_plan` reads ``(key, value)`` pairs in any order and returns what a
-sweep would do: which records to delete (with the exact value seen, so the
-sweep deletes them only if unchanged), which ``cron-history:`` arrays to trim
-(with the new value), and which records have an age nobody can read. It
-writes nothing and reads no clock: the same records, policies and ``now``
-give the same plan, key for key.
+:func:`~triggerfish_cli.retention.rules.make_plan` reads ``(key, value)``
+pairs in any order and returns what a sweep would do: which records to delete
+(with the exact value seen, so the sweep deletes them only if unchanged),
+which ``cron-history:`` arrays to trim (with the new value), and which
+records have an age nobody can read. It writes nothing and reads no clock:
+the same records, policies and ``now`` give the same plan, key for key.
 
 Rules beyond "older than the policy":
 
@@ -49,7 +49,7 @@ lineage record that came back, keeps what belongs to it.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -258,26 +258,3 @@ def needed(policies: Policies, only: Collection[str] | None = None) -> list[str]
         wanted.add(prefix)
         wanted.update(NEEDS.get(prefix, ()))
     return scan_order(wanted)
-
-
-def make_plan(
-    records: Iterable[tuple[str, str]],
-    policies: Policies,
-    now: datetime,
-    *,
-    only: Collection[str] | None = None,
-    complete: Collection[str] | None = None,
-    loads: Callable[[str], Any] | None = None,
-) -> Plan:
-    """The plan for ``records``, pure and deterministic.
-
-    ``complete``: the namespaces ``records`` holds in full (default: all).
-    A rule that needs a namespace not read in full acts on nothing (a
-    follower is never deleted for want of reading its record). ``only``:
-    act on these namespaces only.
-    """
-    from triggerfish_cli.retention.rules import Planner
-
-    planner = Planner(policies, now, only, complete, loads)
-    planner.feed(records)
-    return planner.finish()

@@ -1,8 +1,8 @@
 """The rules of the retention plan: one pass over the records, then the relational rules.
 
-:class:`Planner` is the engine behind
-:func:`triggerfish_cli.retention.plan.make_plan` (see that module for what the
-plan is and the rules it applies). It reads each record once, keeps only
+:func:`make_plan` and its engine :class:`Planner` (see
+:mod:`triggerfish_cli.retention.plan` for what the plan is and the rules it
+applies). It reads each record once, keeps only
 what the relational rules need (which sessions, messages and lineage records
 exist, the newest message of each session, the candidates), and decides the
 followers, the sessions and the ``config:`` versions at the end. Times are
@@ -474,3 +474,24 @@ _HANDLERS: dict[str, _Handler] = {
     "todos:": Planner._todos,
     "workflow-versions:": Planner._workflow_versions,
 }
+
+
+def make_plan(
+    records: Iterable[tuple[str, str]],
+    policies: Policies,
+    now: datetime,
+    *,
+    only: Collection[str] | None = None,
+    complete: Collection[str] | None = None,
+    loads: Callable[[str], Any] | None = None,
+) -> Plan:
+    """The plan for ``records``, pure and deterministic.
+
+    ``complete``: the namespaces ``records`` holds in full (default: all).
+    A rule that needs a namespace not read in full acts on nothing (a
+    follower is never deleted for want of reading its record). ``only``:
+    act on these namespaces only.
+    """
+    planner = Planner(policies, now, only, complete, loads)
+    planner.feed(records)
+    return planner.finish()

@@ -47,10 +47,10 @@ from triggerfish_cli.retention.plan import (
     Action,
     Plan,
     defer,
-    make_plan,
     needed,
 )
 from triggerfish_cli.retention.policies import Policies
+from triggerfish_cli.retention.rules import make_plan
 from triggerfish_cli.serialization import to_iso, utc_now
 from triggerfish_cli.storage.batching import smooth
 from triggerfish_cli.storage.provider import StorageProvider

@@ -57,33 +57,10 @@ def ensure_id(provider: StorageProvider, candidate: str | None = None) -> str:
     if found:
         return found
     candidate = candidate or new_id()
-    from triggerfish_cli.storage.sqlite import SqliteStorage
-
-    if isinstance(provider, SqliteStorage):
-        _record_sqlite(provider, candidate)
-    elif hasattr(provider, "record_store_id"):
+    if hasattr(provider, "record_store_id"):  # SQLite, Postgres, S3: in the store
         provider.record_store_id(candidate)
     else:
         target: Any = provider
         target._tfadmin_store_id = candidate
         return candidate
     return read_id(provider) or candidate
-
-
-def _record_sqlite(provider: Any, candidate: str) -> None:
-    from triggerfish_cli.serialization import now_iso
-    from triggerfish_cli.storage.write_gate import FreezeTooLong
-
-    rows = [("id", candidate), ("created", now_iso())]
-    for attempt in range(3):  # one short transaction through the write gate
-        try:
-            with provider.transaction("record the store's id") as conn:
-                conn.execute(ID_TABLE_SQL)
-                conn.executemany(
-                    f"INSERT OR IGNORE INTO {ID_TABLE} (name, value) VALUES (?, ?)", rows
-                )
-            return
-        except FreezeTooLong:  # a hiccup cut the freeze short: try again
-            if attempt == 2:
-                raise
-

@@ -38,6 +38,7 @@ from triggerfish_cli.errors import (
 )
 from triggerfish_cli.storage import kept_files, key_ranges
 from triggerfish_cli.storage.batching import BatchSizer
+from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
 from triggerfish_cli.storage.live_writers import LiveWriter, live_writers
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
@@ -441,10 +442,26 @@ class SqliteStorage(BaseStorage):
             ).fetchall()
         return {row[0] for row in rows}
 
+    def record_store_id(self, candidate: str) -> None:
+        """Record ``candidate`` as the id unless one is there (the first one written wins):
+        one short transaction through the write gate, tried again if a hiccup cut it short."""
+        from triggerfish_cli.serialization import now_iso
+
+        rows = [("id", candidate), ("created", now_iso())]
+        for attempt in range(3):
+            try:
+                with self.transaction("record the store's id") as conn:
+                    conn.execute(ID_TABLE_SQL)
+                    conn.executemany(
+                        f"INSERT OR IGNORE INTO {ID_TABLE} (name, value) VALUES (?, ?)", rows
+                    )
+                return
+            except FreezeTooLong:
+                if attempt == 2:
+                    raise
+
     def store_id(self) -> str | None:
         """This store's id (storage/identity.py); None when none was ever recorded."""
-        from triggerfish_cli.storage.identity import ID_TABLE
-
         with self.errors("read the store's id"):
             conn = self.connection
             if (
