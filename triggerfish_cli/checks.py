@@ -435,7 +435,7 @@ def _destination(
     provider: StorageProvider, limits: Thresholds
 ) -> tuple[Finding, list[_Backup] | None]:
     """Whether the backup destination can be reached, and this store's backups there."""
-    from triggerfish_cli.backup.dest import open_destination
+    from triggerfish_cli.backup.destinations import open_destination
     from triggerfish_cli.backup.stores import ref_of, same_store
     from triggerfish_cli.errors import BackendUnavailableError
     from triggerfish_cli.paths import store_backups_dir

@@ -1,4 +1,5 @@
-"""Where backups live: a local directory (here) or an S3 prefix (``backup_s3``).
+"""Where backups live: a local directory (here) or an S3 prefix (backup/s3.py);
+backup/destinations.py opens either.
 
 Both offer the same small interface to create, list, verify, restore and
 prune: archives by name, their manifests (read from the archive's end), and
@@ -96,39 +97,6 @@ class Destination(Protocol):
     def write_marker(self, name: str, marker: dict[str, Any]) -> None: ...
 
     def scratch_dir(self) -> Path | None: ...
-
-
-def open_destination(
-    spec: str | Path | None,
-    *,
-    endpoint_url: str | None = None,
-    create: bool = False,
-    sse: tuple[str | None, str | None] = (None, None),
-) -> Destination:
-    """``--to``/``--from``: a directory, or ``s3://bucket/prefix``; None: the default.
-
-    ``sse``: S3 server-side encryption (mode, KMS key id) of what is written there."""
-    from triggerfish_cli.paths import store_backups_dir
-
-    if spec is None:
-        return LocalDestination(store_backups_dir(), create=create)
-    text = str(spec)
-    if text.lower().startswith("s3://"):
-        from triggerfish_cli.backup.s3 import S3Destination
-        from triggerfish_cli.storage.factory import missing_extra
-
-        try:
-            return S3Destination.from_url(text, endpoint_url=endpoint_url, sse=sse)
-        except ModuleNotFoundError as exc:
-            error = missing_extra(exc)
-            if error is None:
-                raise
-            raise error from None
-    if "://" in text:
-        raise UsageError(f"{text}: a backup destination is a directory or s3://bucket/prefix")
-    if endpoint_url is not None:
-        raise UsageError("--endpoint-url only applies to s3:// destinations")
-    return LocalDestination(Path(text).expanduser(), create=create)
 
 
 def parse_marker(text: str) -> dict[str, Any] | None:

@@ -146,7 +146,7 @@ def destination(
     sse: tuple[str | None, str | None] = (None, None),
 ) -> Destination:
     """A backup directory or S3 prefix; None: the default directory."""
-    from triggerfish_cli.backup.dest import open_destination
+    from triggerfish_cli.backup.destinations import open_destination
 
     return open_destination(spec, endpoint_url=endpoint_url, create=create, sse=sse)
 

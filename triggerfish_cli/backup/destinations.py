@@ -1,0 +1,41 @@
+"""``--to``/``--from``: the destination of backups a command names, local or S3."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from triggerfish_cli.backup.dest import Destination, LocalDestination
+from triggerfish_cli.errors import UsageError
+
+
+def open_destination(
+    spec: str | Path | None,
+    *,
+    endpoint_url: str | None = None,
+    create: bool = False,
+    sse: tuple[str | None, str | None] = (None, None),
+) -> Destination:
+    """``--to``/``--from``: a directory, or ``s3://bucket/prefix``; None: the default.
+
+    ``sse``: S3 server-side encryption (mode, KMS key id) of what is written there."""
+    from triggerfish_cli.paths import store_backups_dir
+
+    if spec is None:
+        return LocalDestination(store_backups_dir(), create=create)
+    text = str(spec)
+    if text.lower().startswith("s3://"):
+        from triggerfish_cli.backup.s3 import S3Destination
+        from triggerfish_cli.storage.factory import missing_extra
+
+        try:
+            return S3Destination.from_url(text, endpoint_url=endpoint_url, sse=sse)
+        except ModuleNotFoundError as exc:
+            error = missing_extra(exc)
+            if error is None:
+                raise
+            raise error from None
+    if "://" in text:
+        raise UsageError(f"{text}: a backup destination is a directory or s3://bucket/prefix")
+    if endpoint_url is not None:
+        raise UsageError("--endpoint-url only applies to s3:// destinations")
+    return LocalDestination(Path(text).expanduser(), create=create)
