@@ -156,19 +156,20 @@ def bench_reindex(path: object) -> None:
 
 def bench_list(path: object, repeat: int) -> None:
     from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.storage.provider import prefix_upper_bound
     from triggerfish_cli.storage.sqlite import SqliteStorage
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
     conn = provider.connection
-    agent = memory.DEFAULT_AGENT
-    prefix = memory.storage_key(agent, Level.PUBLIC, "")
+    agent = memory_keys.DEFAULT_AGENT
+    prefix = memory_keys.storage_key(agent, Level.PUBLIC, "")
     bare_sql = "SELECT key, value FROM kv WHERE key >= ? AND key < ? ORDER BY key LIMIT 10"
     bounds = (prefix, prefix_upper_bound(prefix))
     held = conn.execute(
         "SELECT count(*) FROM kv WHERE key >= ? AND key < ?",
-        (memory.agent_prefix(agent), prefix_upper_bound(memory.agent_prefix(agent))),
+        (memory_keys.agent_prefix(agent), prefix_upper_bound(memory_keys.agent_prefix(agent))),
     ).fetchone()[0]
     bare: list[float] = []
     ours: list[float] = []
@@ -205,6 +206,7 @@ def bench_list(path: object, repeat: int) -> None:
 def bench_hidden_word(hidden: int, repeat: int) -> None:
     """A PUBLIC search for a word only hidden rows hold, against an absent word."""
     from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.serialization import dumps
     from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
@@ -232,7 +234,7 @@ def bench_hidden_word(hidden: int, repeat: int) -> None:
         }  # fmt: skip
         raw.execute(
             "INSERT INTO kv VALUES (?, ?)",
-            (memory.storage_key("main-session", Level[level], key), dumps(record)),
+            (memory_keys.storage_key("main-session", Level[level], key), dumps(record)),
         )
         raw.execute(
             "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "

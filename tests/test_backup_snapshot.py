@@ -35,7 +35,7 @@ from triggerfish_cli.backup.archive import (
 )
 from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows, memory_level
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError, VerificationError
-from triggerfish_cli.memory.records import split_key
+from triggerfish_cli.memory.keys import split_key
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite import SqliteStorage
 

@@ -22,9 +22,11 @@ from tests.helpers.memories import (
 )
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError, UsageError
+from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
-from triggerfish_cli.memory.records import Malformed, MemoryRecord, parse_record, split_key
+from triggerfish_cli.memory.keys import split_key
+from triggerfish_cli.memory.record import Malformed, MemoryRecord, parse_record
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -116,7 +118,7 @@ def test_get_returns_the_highest_visible_version(
     found = memory.get_memory(provider, "user-name", taint=taint, agent=MAIN)
     assert found.record is not None and found.record.content == content
     assert found.record.level == taint
-    assert [r.level for r in found.shadowed] == sorted(memory.visible_levels(taint))[::-1][1:]
+    assert [r.level for r in found.shadowed] == sorted(memory_keys.visible_levels(taint))[::-1][1:]
 
 
 def test_a_soft_deleted_version_does_not_shadow(provider: BaseStorage) -> None:
@@ -434,7 +436,7 @@ def test_the_checking_parser_and_the_plain_one_agree(
     msgspec (or where it refuses) it parses the whole object and checks each field.
     Both give the same record, or the same reason, for any value: later keys win
     (a repeated field), unknown fields and huge integers are kept in the document."""
-    from triggerfish_cli.memory import records as module
+    from triggerfish_cli.memory import record as module
 
     fields = {"content": content, "tags": tags, "expired": expired}
     fields["classification"] = classification

@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from tests.helpers.gateway import memory_record
 from triggerfish_cli.classification import Level
+from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.storage.sqlite import SqliteStorage
 
@@ -82,7 +83,7 @@ def check(provider: Any, taint: Level, limit: int, tag: str | None) -> None:
     last = limited.records[-1].key
     expected = []
     for item in full.malformed:
-        parts = memory.split_key(item.storage_key)
+        parts = memory_keys.split_key(item.storage_key)
         if parts is not None and parts[2] <= last:
             expected.append(item)
     assert limited.malformed == expected
@@ -160,7 +161,7 @@ def test_a_limited_list_reads_only_the_first_rows_of_each_level(tmp_path: Path) 
     provider = SqliteStorage(tmp_path / "s.db", create=True)
     provider.set_many(
         (
-            memory.storage_key(AGENT, level, f"k{n:03}"),
+            memory_keys.storage_key(AGENT, level, f"k{n:03}"),
             memory_record(f"k{n:03}", level.name, "x", agent=AGENT),
         )
         for level in Level

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from tests.helpers.gateway import memory_record, write_gateway_store
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import NotFoundError
+from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.storage.in_memory import MemoryStorage
@@ -55,7 +56,7 @@ def build(spec: dict[tuple[str, Level, str], tuple[Any, bool]]) -> tuple[dict[st
     rows: dict[str, str] = {}
     indexed = []
     for (agent, level, key), (record, is_indexed) in spec.items():
-        skey = memory.storage_key(agent, level, key)
+        skey = memory_keys.storage_key(agent, level, key)
         if isinstance(record, str):
             rows[skey] = record
             continue
@@ -69,7 +70,7 @@ def build(spec: dict[tuple[str, Level, str], tuple[Any, bool]]) -> tuple[dict[st
 
 
 def below(rows: dict[str, str], indexed: tuple, taint: Level) -> tuple[dict[str, str], tuple]:
-    keep = {k: v for k, v in rows.items() if memory.split_key(k)[1] <= taint}  # type: ignore[index]
+    keep = {k: v for k, v in rows.items() if memory_keys.split_key(k)[1] <= taint}  # type: ignore[index]
     return keep, tuple(t for t in indexed if Level[t[1]] <= taint)
 
 

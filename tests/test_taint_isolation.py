@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from tests.helpers.gateway import memory_record, write_gateway_store
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.storage.sqlite import SqliteStorage
@@ -42,7 +43,7 @@ record = st.one_of(st.tuples(content, tags, st.booleans()), st.sampled_from(MALF
 
 def _rows(spec: dict[tuple[str, Level, str], Any]) -> dict[str, str]:
     return {
-        memory.storage_key(agent, level, key): value
+        memory_keys.storage_key(agent, level, key): value
         if isinstance(value, str)
         else memory_record(
             key, level.name, value[0], agent=agent, tags=value[1], expired=value[2]
@@ -136,7 +137,7 @@ SETTINGS = settings(
 def _indexed(rows: dict[str, str]) -> tuple[tuple[str, str, str], ...]:
     out = []
     for skey, value in rows.items():
-        parts = memory.split_key(skey)
+        parts = memory_keys.split_key(skey)
         assert parts is not None
         if value not in MALFORMED:  # the gateway indexes what it saved: records
             out.append((parts[0], parts[1].name, parts[2]))
@@ -267,14 +268,13 @@ def test_the_reported_case_a_public_score_no_longer_moves(tmp_path: Path) -> Non
     scores = []
     for hidden in (0, 1, 2, 5, 20):
         rows = {
-            memory.storage_key("main-session", Level.PUBLIC, "fact"): memory_record(
+            memory_keys.storage_key("main-session", Level.PUBLIC, "fact"): memory_record(
                 "fact", "PUBLIC", "the deploy runs nightly"
             )
         }
         for n in range(hidden):
-            rows[memory.storage_key("main-session", Level.RESTRICTED, f"s{n}")] = memory_record(
-                f"s{n}", "RESTRICTED", "deploy the secret"
-            )
+            skey = memory_keys.storage_key("main-session", Level.RESTRICTED, f"s{n}")
+            rows[skey] = memory_record(f"s{n}", "RESTRICTED", "deploy the secret")
         path = write_gateway_store(tmp_path / f"{hidden}.db", rows, _indexed(rows))
         with SqliteStorage(path) as provider:
             hits = memory.search(provider, "deploy", taint=Level.PUBLIC, agent=None).hits

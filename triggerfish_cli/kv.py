@@ -144,7 +144,7 @@ def get_value(provider: StorageProvider, key: str, *, taint: Level | None = None
 
 
 def _level_name(key: str) -> str:
-    from triggerfish_cli.memory.records import split_key
+    from triggerfish_cli.memory.keys import split_key
 
     parts = split_key(key)
     return parts[1].name if parts is not None else "unknown"
@@ -180,7 +180,7 @@ class RawReads:
         if not key.startswith(MEMORY_PREFIX):
             return True
         from triggerfish_cli.classification import Level as Levels
-        from triggerfish_cli.memory.records import may_name, split_key
+        from triggerfish_cli.memory.keys import may_name, split_key
 
         if self.taint is not None and not may_name(key, self.taint):
             return False
@@ -324,7 +324,7 @@ LIVE_PAUSE = 0.03
 
 
 def _memory_index(provider: StorageProvider) -> Any:
-    from triggerfish_cli.memory.index import index_for
+    from triggerfish_cli.memory.indexes import index_for
 
     return index_for(provider)
 

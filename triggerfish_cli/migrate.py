@@ -412,7 +412,7 @@ def finish(source: StorageProvider, target: StorageProvider, result: Result) -> 
     result.memory_keys = progress.memory_keys
     kill_point("migrate:verified")
     if progress.memory_keys and target.backend == "sqlite":
-        from triggerfish_cli.memory.index import bring_in_line
+        from triggerfish_cli.memory.indexes import bring_in_line
 
         result.index_note = bring_in_line(target)
     kill_point("migrate:indexed")

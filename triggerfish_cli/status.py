@@ -327,7 +327,7 @@ def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] 
 def memory_drift(provider: StorageProvider) -> dict[str, Any]:
     """Index drift over every level, as ``memory reindex --dry-run`` (counts only)."""
     from triggerfish_cli.classification import Level
-    from triggerfish_cli.memory.index import index_for
+    from triggerfish_cli.memory.indexes import index_for
 
     drift = index_for(provider).check(list(Level), agent=None)
     counts = drift.as_dict()

@@ -20,7 +20,7 @@ from tests.helpers.gateway import write_gateway_store
 from tests.helpers.memories import current_rows, write_memory_store
 from triggerfish_cli.backup.archive import read_manifest
 from triggerfish_cli.classification import Level
-from triggerfish_cli.memory.records import split_key
+from triggerfish_cli.memory.keys import split_key
 
 #: Words only the memories above INTERNAL hold (CONFIDENTIAL and RESTRICTED ones).
 HIDDEN_WORDS = ("passport", "Globex", "Marie", "vault", "merger", "claim")

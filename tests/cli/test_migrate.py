@@ -152,7 +152,7 @@ def test_a_store_travels_sqlite_postgres_s3_and_back(
             "SELECT agent_id, classification, key FROM memory_fts"
         )
     }
-    from triggerfish_cli.memory.records import MemoryRecord, parse_record
+    from triggerfish_cli.memory.record import MemoryRecord, parse_record
 
     records = {k: parse_record(k, v) for k, v in ROWS.items() if k.startswith("memory:")}
     live = {k for k, r in records.items() if isinstance(r, MemoryRecord) and r.live}

@@ -42,7 +42,7 @@ from triggerfish_cli.backup.dest import Destination, temp_dir
 from triggerfish_cli.backup.snapshot import stream_snapshot
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
-from triggerfish_cli.memory.records import LEVELS_BY_NAME
+from triggerfish_cli.memory.keys import LEVELS_BY_NAME
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges

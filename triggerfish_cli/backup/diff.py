@@ -28,7 +28,7 @@ from urllib.parse import quote
 from triggerfish_cli import namespaces
 from triggerfish_cli.backup.archive import Manifest, decompress_chunks
 from triggerfish_cli.classification import Level
-from triggerfish_cli.memory.records import PREFIX, may_name
+from triggerfish_cli.memory.keys import PREFIX, may_name
 
 KINDS = ("added", "removed", "changed")
 

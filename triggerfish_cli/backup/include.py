@@ -24,7 +24,7 @@ from typing import Any
 from triggerfish_cli import namespaces
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.memory.records import LEVELS_BY_NAME, PREFIX
+from triggerfish_cli.memory.keys import LEVELS_BY_NAME, PREFIX
 from triggerfish_cli.storage.provider import StorageProvider
 
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.classification import Level
-from triggerfish_cli.memory.records import LEVELS_BY_NAME, PREFIX, may_name
+from triggerfish_cli.memory.keys import LEVELS_BY_NAME, PREFIX, may_name
 
 
 def level_of(value: str) -> Level | None:

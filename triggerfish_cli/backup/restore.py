@@ -472,7 +472,8 @@ def load_logical(
         return only(found, include) if include else found
 
     if mode == "merge" or include:  # rows put beside a store's memories: no write-down
-        from triggerfish_cli.memory.records import PREFIX, refuse_write_down
+        from triggerfish_cli.memory.keys import PREFIX
+        from triggerfish_cli.memory.records import refuse_write_down
 
         refuse_write_down((row for row in rows() if row[0].startswith(PREFIX)), provider, name)
     written, deleted = _load(provider, rows(), mode, on_progress, include)
@@ -494,7 +495,7 @@ def load_logical(
             **({"include": list(include)} if include else {}),
         },
     )
-    from triggerfish_cli.memory.index import bring_in_line
+    from triggerfish_cli.memory.indexes import bring_in_line
 
     levels = memory_levels(include) if include else None
     notes = [bring_in_line(provider, levels)] if (written or deleted) and levels != () else []

@@ -118,7 +118,8 @@ def migrate_cmd(
         )
     if plan.merge and plan.target_state != "finishing":  # finishing copies nothing
         # rows merged into a store that may hold memories: no write-down
-        from triggerfish_cli.memory.records import PREFIX, refuse_write_down
+        from triggerfish_cli.memory.keys import PREFIX
+        from triggerfish_cli.memory.records import refuse_write_down
 
         refuse_write_down(src.scan(PREFIX, batch_size=2000), dst, plan.source)
     run = migrate.Migration(src, dst, plan, batch_size=batch_size)

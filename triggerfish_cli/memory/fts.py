@@ -38,7 +38,6 @@ from triggerfish_cli.memory.index import (
     BatchCallback,
     Drift,
     IndexRow,
-    ScanIndex,
     SearchRequest,
     SearchResult,
     accept_rows,
@@ -50,17 +49,17 @@ from triggerfish_cli.memory.index import (
     query_phrases,
     rank_score,
 )
-from triggerfish_cli.memory.records import (
+from triggerfish_cli.memory.keys import (
     LEVELS_BY_NAME,
     PREFIX,
-    MemoryRecord,
     agent_prefix,
-    parse_record,
     split_key,
     visible_levels,
 )
+from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
+from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.sqlite import (
     KV_SCHEMA,
     MEMORY_FTS_SQL,
@@ -602,3 +601,70 @@ class Fts5Index:
 def _name(triple: Triple) -> str:
     """The storage key of an index row's (agent, level, key)."""
     return f"{PREFIX}{triple[0]}:{triple[1]}:{triple[2]}"
+
+
+class ScanIndex:
+    """No stored index: every search reads all memories and indexes them in RAM.
+
+    The RAM index holds exactly what a fresh ``reindex`` would put in the
+    SQLite tables (every live record, all agents and levels), and the search
+    runs the same code as the SQLite index on it, so the results are the
+    same. Writes go straight to kv; there is nothing to check or repair.
+    """
+
+    kind = "scan"
+
+    def __init__(self, provider: StorageProvider) -> None:
+        self.provider = provider
+
+    def search(self, request: SearchRequest) -> SearchResult:
+        """The RAM index holds the visible levels only: hidden rows are never read.
+
+        Keys are listed first and only the values at visible levels (of the
+        agent asked for) are fetched, so what lies above the taint is neither
+        read nor indexed; scores come from each row alone (``rank_score``).
+        """
+        from triggerfish_cli.memory.fts import Fts5Index, in_memory_copy
+        from triggerfish_cli.memory.keys import agent_prefix, split_key, visible_levels
+
+        levels = set(visible_levels(request.taint))
+        keys = [
+            skey
+            for skey in self.provider.scan_keys(agent_prefix(request.agent), batch_size=2000)
+            if (parts := split_key(skey)) is not None and parts[1] in levels
+        ]
+        values = self.provider.get_many(keys)
+        index = Fts5Index(in_memory_copy((key, values[key]) for key in keys if key in values))
+        try:
+            result = index.search(request)
+        finally:
+            index.conn.close()
+        result.kind = self.kind
+        return result
+
+    def write(
+        self, storage_key: str, update: Callable[[str | None], str]
+    ) -> tuple[str | None, str]:
+        old = self.provider.get(storage_key)
+        new = update(old)
+        self.provider.set(storage_key, new)
+        return old, new
+
+    def hard_delete(
+        self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
+    ) -> int:
+        return self.provider.delete_if_unchanged(items, batch_size=500, on_batch=on_batch)
+
+    def check(self, levels: Sequence[Level], *, agent: str | None = None) -> Drift:
+        drift = Drift(self.kind, tuple(levels), indexed=False)
+        wanted = set(levels)
+        for skey, value in self.provider.scan(
+            PREFIX if agent is None else f"{PREFIX}{agent}:", batch_size=2000
+        ):
+            record = parse_record(skey, value)
+            if isinstance(record, MemoryRecord) and record.live and record.level in wanted:
+                drift.records += 1
+        return drift
+
+    def repair(self, levels: Sequence[Level], *, on_batch: BatchCallback | None = None) -> Drift:
+        return self.check(levels)

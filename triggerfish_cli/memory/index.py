@@ -5,9 +5,9 @@ lag behind it (the gateway never indexes what cron and trigger runs save,
 and an edit to kv alone leaves the index stale), so an index implementation
 must check every hit against kv before returning it.
 
-The interface, :class:`MemoryIndex`, holds no SQL. A backend provides it
-through :func:`register_index`; a backend without one gets
-:class:`ScanIndex`, which reads every memory and gives the same results.
+The interface, :class:`MemoryIndex`, holds no SQL. A backend's own index
+is found by ``indexes.index_for``; a backend without one gets
+``fts.ScanIndex``, which reads every memory and gives the same results.
 
 ``search(request)``
     Hits for ``request`` at ``request.taint``, best first, at most
@@ -51,9 +51,9 @@ from typing import Any, Protocol
 
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.memory.records import PREFIX, MemoryRecord, parse_record, storage_key
+from triggerfish_cli.memory.keys import storage_key
+from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
-from triggerfish_cli.storage.provider import StorageProvider
 
 #: The columns plain-word queries search: never agent_id or classification,
 #: whose values (``main``, ``PUBLIC``) would otherwise match every record.
@@ -173,48 +173,7 @@ class MemoryIndex(Protocol):
     ) -> Drift: ...
 
 
-#: backend name -> "module:function(provider) -> MemoryIndex", imported lazily.
-_INDEXES: dict[str, str] = {
-    "sqlite": "triggerfish_cli.memory.fts:for_sqlite",
-    "postgres": "triggerfish_cli.memory.pg:for_postgres",
-}
-
-
-def register_index(backend: str, target: str) -> None:
-    _INDEXES[backend] = target
-
-
-def index_for(provider: StorageProvider) -> MemoryIndex:
-    target = _INDEXES.get(provider.backend)
-    if target is None:
-        return ScanIndex(provider)
-    import importlib
-
-    module, _, function = target.partition(":")
-    index: MemoryIndex = getattr(importlib.import_module(module), function)(provider)
-    return index
-
-
 # -- FTS5 queries (shared by the SQLite index and the scan index) -----------------
-
-
-def bring_in_line(provider: StorageProvider, levels: Sequence[Level] | None = None) -> str:
-    """After a bulk load into ``provider``: its memory search index matches kv (at
-    ``levels``; None: every level).
-
-    The gateway searches its own SQLite index (``memory_fts``, ``memory_meta``):
-    rows loaded behind its back would be missing from its results. The data is
-    in place either way, so the outcome is a note for the operator, not an error.
-    """
-    from triggerfish_cli.errors import TriggerfishError
-    from triggerfish_cli.memory.records import visible_levels
-
-    try:
-        index = index_for(provider)
-        drift = index.repair(visible_levels(Level.RESTRICTED) if levels is None else levels)
-    except TriggerfishError as exc:
-        return f"the memory search index was not rebuilt ({exc.message}): run `memory reindex`"
-    return f"memory search index ({index.kind}): {drift.fixed} row(s) brought in line"
 
 
 def fts_string(text: str) -> str:
@@ -408,70 +367,3 @@ def _live(
         return False
     record = parse_record(skey, value, loads)
     return isinstance(record, MemoryRecord) and record.live
-
-
-class ScanIndex:
-    """No stored index: every search reads all memories and indexes them in RAM.
-
-    The RAM index holds exactly what a fresh ``reindex`` would put in the
-    SQLite tables (every live record, all agents and levels), and the search
-    runs the same code as the SQLite index on it, so the results are the
-    same. Writes go straight to kv; there is nothing to check or repair.
-    """
-
-    kind = "scan"
-
-    def __init__(self, provider: StorageProvider) -> None:
-        self.provider = provider
-
-    def search(self, request: SearchRequest) -> SearchResult:
-        """The RAM index holds the visible levels only: hidden rows are never read.
-
-        Keys are listed first and only the values at visible levels (of the
-        agent asked for) are fetched, so what lies above the taint is neither
-        read nor indexed; scores come from each row alone (``rank_score``).
-        """
-        from triggerfish_cli.memory.fts import Fts5Index, in_memory_copy
-        from triggerfish_cli.memory.records import agent_prefix, split_key, visible_levels
-
-        levels = set(visible_levels(request.taint))
-        keys = [
-            skey
-            for skey in self.provider.scan_keys(agent_prefix(request.agent), batch_size=2000)
-            if (parts := split_key(skey)) is not None and parts[1] in levels
-        ]
-        values = self.provider.get_many(keys)
-        index = Fts5Index(in_memory_copy((key, values[key]) for key in keys if key in values))
-        try:
-            result = index.search(request)
-        finally:
-            index.conn.close()
-        result.kind = self.kind
-        return result
-
-    def write(
-        self, storage_key: str, update: Callable[[str | None], str]
-    ) -> tuple[str | None, str]:
-        old = self.provider.get(storage_key)
-        new = update(old)
-        self.provider.set(storage_key, new)
-        return old, new
-
-    def hard_delete(
-        self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
-    ) -> int:
-        return self.provider.delete_if_unchanged(items, batch_size=500, on_batch=on_batch)
-
-    def check(self, levels: Sequence[Level], *, agent: str | None = None) -> Drift:
-        drift = Drift(self.kind, tuple(levels), indexed=False)
-        wanted = set(levels)
-        for skey, value in self.provider.scan(
-            PREFIX if agent is None else f"{PREFIX}{agent}:", batch_size=2000
-        ):
-            record = parse_record(skey, value)
-            if isinstance(record, MemoryRecord) and record.live and record.level in wanted:
-                drift.records += 1
-        return drift
-
-    def repair(self, levels: Sequence[Level], *, on_batch: BatchCallback | None = None) -> Drift:
-        return self.check(levels)

@@ -23,276 +23,38 @@ record without memory content.
 
 from __future__ import annotations
 
-import functools
 import heapq
-import json
-from collections.abc import Callable, Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from operator import attrgetter, itemgetter
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from triggerfish_cli import audit, cells
-from triggerfish_cli.classification import Level, can_flow_to
+from triggerfish_cli import audit
+from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError, UsageError
+from triggerfish_cli.memory.keys import (
+    PREFIX,
+    agent_prefix,
+    may_name,
+    split_key,
+    storage_key,
+    visible_levels,
+)
+from triggerfish_cli.memory.record import (
+    Malformed,
+    MemoryRecord,
+    disagreement,
+    parse_record,
+)
 from triggerfish_cli.serialization import dumps, fast_loads, parse_iso, to_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider
 
 if TYPE_CHECKING:
     from triggerfish_cli.memory.index import MemoryIndex, SearchResult
 
-PREFIX = "memory:"
-DEFAULT_AGENT = "main-session"
 #: ``sourceSessionId`` of records the admin tool saves: there is no session.
 ADMIN_SOURCE = "triggerfish-admin"
-
-
-# -- keys and records ----------------------------------------------------------------
-
-
-def storage_key(agent: str, level: Level, key: str) -> str:
-    return f"{PREFIX}{agent}:{level.name}:{key}"
-
-
-def agent_prefix(agent: str | None) -> str:
-    return PREFIX if agent is None else f"{PREFIX}{agent}:"
-
-
-LEVELS_BY_NAME = {level.name: level for level in Level}
-
-
-def split_key(skey: str) -> tuple[str, Level, str] | None:
-    """``memory:<agent>:<LEVEL>:<key>`` -> ``(agent, level, key)``; None if not that shape."""
-    parts = skey.split(":", 3)
-    if len(parts) != 4 or parts[0] != "memory" or not parts[1]:
-        return None
-    level = LEVELS_BY_NAME.get(parts[2])
-    if level is None:
-        return None
-    return parts[1], level, parts[3]
-
-
-@functools.cache
-def visible_levels(taint: Level) -> tuple[Level, ...]:
-    """Levels a session at ``taint`` reads, lowest first."""
-    return tuple(level for level in Level if can_flow_to(level, taint))
-
-
-def may_name(skey: str, taint: Level) -> bool:
-    """Whether a storage key may be shown at ``taint``: its level is visible.
-
-    A key whose level cannot be read from it (``memory:x:SECRET:y``) might
-    be anything, so only RESTRICTED sees it.
-    """
-    parts = split_key(skey)
-    if parts is None:
-        return taint == Level.RESTRICTED
-    return can_flow_to(parts[1], taint)
-
-
-@dataclass(frozen=True)
-class MemoryRecord:
-    """One well-formed memory record, as stored at ``storage_key``."""
-
-    agent: str
-    level: Level
-    key: str
-    content: str
-    tags: tuple[str, ...]
-    expired: bool
-    created_at: Any
-    updated_at: Any
-    value: str = field(repr=False)
-
-    @functools.cached_property
-    def document(self) -> dict[str, Any]:
-        """The whole record as a JSON object (parsed when first asked for)."""
-        # Exact (msgspec, else json): orjson reads an integer beyond 64 bits as a
-        # float, and a rewrite of the record (memory delete) would keep the float.
-        document = _parsers().exact(self.value)
-        assert isinstance(document, dict)
-        return document
-
-    @property
-    def storage_key(self) -> str:
-        return storage_key(self.agent, self.level, self.key)
-
-    @property
-    def live(self) -> bool:
-        return not self.expired
-
-    def updated(self) -> datetime | None:
-        return parse_iso(self.updated_at)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "agent": self.agent,
-            "key": self.key,
-            "level": self.level.name,
-            "content": self.content,
-            "tags": list(self.tags),
-            "created_at": self.created_at,
-            "updated_at": self.updated_at,
-            "expired": self.expired,
-            "source_session": self.document.get("sourceSessionId"),
-            "lineage": self.document.get("lineageId"),
-            "storage_key": self.storage_key,
-        }
-
-
-@dataclass(frozen=True)
-class Malformed:
-    """A kv row under ``memory:`` that is not a well-formed memory record."""
-
-    storage_key: str
-    reason: str
-
-
-def parse_record(
-    skey: str, value: str, loads: Callable[[str], Any] | None = None
-) -> MemoryRecord | Malformed:
-    """Parse one kv row. Well-formed means all of:
-
-    - the key is ``memory:<agent>:<LEVEL>:<key>`` with one of the four levels;
-    - the value is a JSON object with a string ``content``, a boolean
-      ``expired``, a list of strings ``tags``, and ``classification`` equal
-      to the level in the key (a record claiming another level than where it
-      is stored is suspect, so it is shown to nobody).
-
-    Anything else is :class:`Malformed`, never an exception (a key or value
-    that is not UTF-8 text, cells.py, too).
-    """
-    plain = cells.is_plain
-    if not ((skey.isascii() or plain(skey)) and (value.isascii() or plain(value))):
-        return Malformed(
-            skey, f"{'key' if not cells.is_plain(skey) else 'value'} is not UTF-8 text"
-        )
-    # Inlined (split_key, Level.name, the dataclass's frozen __init__): list and
-    # search parse every row they show, and this is most of their time.
-    parts = skey.split(":", 3)
-    level = LEVELS_BY_NAME.get(parts[2]) if len(parts) == 4 else None
-    if level is None or parts[0] != "memory" or not parts[1]:
-        return Malformed(skey, "key is not memory:<agent>:<LEVEL>:<key>")
-    parsers = _parsers()
-    if parsers.fields is not None:
-        try:
-            fields = parsers.fields.decode(value)
-        except parsers.error:
-            pass  # not well-formed: the checks below say why
-        else:
-            if fields.classification == parts[2]:
-                record = _new_record(MemoryRecord)
-                _set_dict(record, "__dict__", {
-                    "agent": parts[1],
-                    "level": level,
-                    "key": parts[3],
-                    "content": fields.content,
-                    "tags": tuple(fields.tags),
-                    "expired": fields.expired,
-                    "created_at": fields.createdAt,
-                    "updated_at": fields.updatedAt,
-                    "value": value,
-                })
-                return record
-    try:
-        document = (loads or fast_loads())(value)
-    except (ValueError, TypeError):
-        return Malformed(skey, "value is not valid JSON")
-    if type(document) is not dict:
-        return Malformed(skey, "value is not a JSON object")
-    content, tags, expired = document.get("content"), document.get("tags"), document.get("expired")
-    if type(content) is not str:
-        return Malformed(skey, "content is not a string")
-    if type(expired) is not bool:
-        return Malformed(skey, "expired is not true or false")
-    if type(tags) is not list:
-        return Malformed(skey, "tags is not a list of strings")
-    try:
-        "".join(tags)  # every item a string (JSON gives no str subclass); in C, not a loop
-    except TypeError:
-        return Malformed(skey, "tags is not a list of strings")
-    if document.get("classification") != parts[2]:
-        return Malformed(skey, f"classification is not {parts[2]}, the level in its key")
-    record = _new_record(MemoryRecord)
-    _set_dict(record, "__dict__", {
-        "agent": parts[1],
-        "level": level,
-        "key": parts[3],
-        "content": content,
-        "tags": tuple(tags),
-        "expired": expired,
-        "created_at": document.get("createdAt"),
-        "updated_at": document.get("updatedAt"),
-        "value": value,
-    })
-    return record
-
-
-_new_record = object.__new__
-_set_dict = object.__setattr__
-
-
-class _Parsers(NamedTuple):
-    #: A decoder of the fields a well-formed record must have, checked as it parses
-    #: (msgspec, in C; the other fields are skipped), or None without msgspec.
-    fields: Any
-    #: What ``fields`` raises for a value that is not such a record.
-    error: type[Exception] | tuple[type[Exception], ...]
-    #: An exact JSON parser (orjson reads an integer beyond 64 bits as a float).
-    exact: Callable[[str], Any]
-
-
-@functools.cache
-def _parsers() -> _Parsers:
-    """Made on first use: a command that parses no record never imports msgspec."""
-    try:
-        import msgspec
-    except ImportError:
-        return _Parsers(None, Exception, json.loads)
-
-    class Fields(msgspec.Struct, gc=False):
-        content: str
-        tags: list[str]
-        expired: bool
-        classification: str
-        createdAt: Any = None
-        updatedAt: Any = None
-
-    def exact(text: str) -> Any:
-        try:
-            return msgspec.json.decode(text)
-        except UnicodeEncodeError:  # text that is not UTF-8 (cells.py): msgspec cannot take it
-            return json.loads(text)
-
-    # UnicodeEncodeError: the same, from the fields' decoder (the checks below it then say)
-    return _Parsers(msgspec.json.Decoder(Fields), (msgspec.DecodeError, UnicodeEncodeError), exact)
-
-
-def disagreement(skey: str, value: str) -> str | None:
-    """Why a memory row's record disagrees with its key (write-down), or None.
-
-    A record whose ``classification``, ``agentId`` or ``key`` differ from its
-    storage key would be read at the key's level: a RESTRICTED record stored
-    under ``...:PUBLIC:...`` is published by a merge. Malformed values (not a
-    JSON object) claim nothing and are shown to nobody: no disagreement.
-    """
-    parts = split_key(skey)
-    if parts is None:
-        return None
-    agent, level, key = parts
-    try:
-        document = fast_loads()(value)
-    except (ValueError, TypeError):
-        return None
-    if not isinstance(document, dict):
-        return None
-    if document.get("classification") != level.name:
-        return f"its record is not classified {level.name}"
-    if "agentId" in document and document["agentId"] != agent:
-        return f"its record belongs to another agent than {agent}"
-    if "key" in document and document["key"] != key:
-        return "its record carries another key"
-    return None
 
 
 def refuse_write_down(rows: Iterable[tuple[str, str]], target: StorageProvider, where: str) -> None:
@@ -612,7 +374,7 @@ def _version_order(version: Version) -> tuple[str, int]:
 
 
 def index_of(provider: StorageProvider) -> MemoryIndex:
-    from triggerfish_cli.memory.index import index_for
+    from triggerfish_cli.memory.indexes import index_for
 
     return index_for(provider)
 

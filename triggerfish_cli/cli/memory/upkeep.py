@@ -8,7 +8,7 @@ import typer
 
 from triggerfish_cli.cli import metrics
 from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.memory import app, resolve_agent, warn_malformed
+from triggerfish_cli.cli.memory.common import app, resolve_agent, warn_malformed
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     AgentOpt,

@@ -1,13 +1,23 @@
-"""`triggerfish-admin memory`: the agent's persistent memory, at a chosen taint."""
+"""`triggerfish-admin memory search|get|list|save|delete|history`: the records."""
 
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.memory.common import (
+    Key,
+    Tag,
+    app,
+    columns_of,
+    one_line,
+    resolve_agent,
+    warn_malformed,
+    with_marks,
+)
 from triggerfish_cli.cli.options import (
     AgentOpt,
     AllAgentsOpt,
@@ -17,65 +27,13 @@ from triggerfish_cli.cli.options import (
     TaintOpt,
     YesOpt,
     fmt_value,
-    sub_app,
     taint_level,
 )
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.memory.records import DEFAULT_AGENT
+from triggerfish_cli.memory.keys import DEFAULT_AGENT
 
 if TYPE_CHECKING:
-    from triggerfish_cli.cli.output import Output
-
-app = sub_app(
-    "memory",
-    "Search and manage agent memories at a chosen taint.\n\n"
-    "Every command acts as a session at --taint (default PUBLIC): it reads that level and "
-    "below, with higher versions of a key shadowing lower ones, and writes at exactly that "
-    "level. Reads above PUBLIC and every change leave an audit record.",
-)
-
-Key = Annotated[str, typer.Argument(help="The memory key, e.g. user-name.", show_default=False)]
-Tag = Annotated[
-    str | None,
-    typer.Option("--tag", help="Only memories carrying this tag.", show_default=False),
-]
-
-
-def resolve_agent(agent: str | None, all_agents: bool) -> str | None:
-    if all_agents and agent is not None:
-        raise UsageError("give --agent or --all-agents, not both")
-    return None if all_agents else (agent or DEFAULT_AGENT)
-
-
-def _line(text: Any) -> str:
-    """Free text on one line (the table cuts it to the terminal with …)."""
-    return " ".join(str(text or "").split())
-
-
-def _marked(row: dict[str, Any]) -> str:
-    """The snippet with its matched terms in [brackets], for the table."""
-    text, parts, last = row["snippet"], [], 0
-    for start, end in row["highlights"]:
-        parts += [text[last:start], "[", text[start:end], "]"]
-        last = end
-    return " ".join(("".join(parts) + text[last:]).split())
-
-
-def warn_malformed(out: Output, keys: list[Any]) -> None:
-    for item in keys[:10]:
-        key = getattr(item, "storage_key", item)
-        reason = getattr(item, "reason", "malformed record")
-        out.warn(f"skipped {key}: {reason}")
-    if len(keys) > 10:
-        out.warn(f"... and {len(keys) - 10} more malformed memory record(s)")
-
-
-def _columns(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
-    from triggerfish_cli.cli.output import Column
-
-    shown = ([("agent", "agent")] if agent else []) + list(fields)
-    return [Column(name, header, kind="text" if name == "tags" else "") for name, header in shown]
-
+    pass
 
 @app.command("search")
 def search_cmd(
@@ -120,8 +78,8 @@ def search_cmd(
     )
     rows = [hit.as_dict() for hit in result.hits]
     for row in rows:
-        row["match"] = _marked(row)
-    columns = _columns(
+        row["match"] = with_marks(row)
+    columns = columns_of(
         ("key", "key"),
         ("level", "level"),
         ("tags", "tags"),
@@ -190,10 +148,10 @@ def list_cmd(
     listing = memory.list_memories(
         st.provider(), taint=taint_level(taint), agent=who, tag=tag, limit=limit
     )
-    columns = _columns(("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None)
+    columns = columns_of(("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None)
     columns += [
         Column("updated_at", "updated"),
-        text_column("content", "content", render=_line),
+        text_column("content", "content", render=one_line),
         Column("storage_key", "storage key", wide=True),
     ]
     out.rows((r.as_dict() for r in listing.records), columns, empty="no memories visible")
@@ -287,14 +245,11 @@ def history_cmd(
     out = st.output(fmt_value(fmt))
     who = resolve_agent(agent, all_agents)
     versions = memory.history(st.provider(), key, taint=taint_level(taint), agent=who)
-    columns = _columns(("level", "level"), ("status", "status"), agent=who is None)
+    columns = columns_of(("level", "level"), ("status", "status"), agent=who is None)
     columns += [
         Column("updated_at", "updated"),
         text_column("tags", "tags"),
-        text_column("content", "content", render=_line),
+        text_column("content", "content", render=one_line),
     ]
     out.rows((v.as_dict() for v in versions), columns, empty=f"no version of {key!r} visible")
 
-
-# The upkeep commands (stats, reindex, purge) live in their own module.
-from triggerfish_cli.cli import memory_upkeep  # noqa: E402, F401
