@@ -201,3 +201,115 @@ def test_the_write_check_finds_an_ungated_write(tmp_path: Path) -> None:
         "def careless(conn):\n    helper(conn)\n"
     )
     assert _ungated_writes(sample, {"helper"}) == [3, 10, 14]
+
+
+# -- the package's own import graph ---------------------------------------------------------
+
+
+def _module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_nodes(tree: ast.Module) -> set[int]:
+    """Nodes under ``if TYPE_CHECKING:``: annotations only, never run."""
+    skipped: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and ast.unparse(node.test) in (
+            "TYPE_CHECKING",
+            "typing.TYPE_CHECKING",
+        ):
+            skipped.update(id(child) for child in ast.walk(node))
+    return skipped
+
+
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports, at the top or inside a function."""
+    modules = {_module_name(path, package): path for path in package.rglob("*.py")}
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    root = package.name
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text())
+        skipped = _type_checking_nodes(tree)
+        for node in ast.walk(tree):
+            if id(node) in skipped:
+                continue
+            targets: list[str | None] = []
+            if isinstance(node, ast.Import):
+                targets = [known(alias.name) for alias in node.names if alias.name.startswith(root)]
+            elif (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and node.module
+                and (node.module == root or node.module.startswith(root + "."))
+            ):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    targets.append(full if full in modules else known(node.module))
+            graph[name].update(t for t in targets if t and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_import_cycles_even_through_imports_inside_functions() -> None:
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_check_finds_one(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "a.py").write_text("from pkg.sub import b\n")
+    (package / "sub" / "b.py").write_text("def f():\n    from pkg import a\n")
+    (package / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from pkg import a\n"
+    )
+    assert cycles(import_graph(package)) == [["pkg.a", "pkg.sub.b"]]
+
+
+def test_no_core_module_imports_the_cli() -> None:
+    graph = import_graph()
+    offenders = {
+        module: sorted(target for target in targets if target.startswith("triggerfish_cli.cli"))
+        for module, targets in graph.items()
+        if not module.startswith("triggerfish_cli.cli") and module != "triggerfish_cli.__main__"
+    }
+    assert {module: found for module, found in offenders.items() if found} == {}
