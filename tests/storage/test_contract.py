@@ -86,6 +86,23 @@ def test_is_a_storage_provider(kv: Provider) -> None:
     assert kv.describe()
 
 
+def test_the_write_gate_bulk_writes_and_checkpoint_capabilities(kv: Provider) -> None:
+    """SQLite alone has a write gate (and a WAL to checkpoint); elsewhere the three are
+    no-ops, so a job such as the sweep asks the provider instead of its class."""
+    gate = kv.write_gate
+    assert (gate is not None) == (kv.backend == "sqlite")
+    with kv.bulk_writes():
+        kv.set("bulk", "1")
+    assert kv.get("bulk") == "1"
+    if gate is not None:
+        assert gate.durable  # restored after the bulk job
+    busy, frames, done = kv.checkpoint("PASSIVE")
+    if kv.backend != "sqlite":
+        assert (busy, frames, done) == (0, 0, 0)
+    else:  # busy when another connection of the store is mid-transaction: never an error
+        assert busy in (0, 1) and (busy or 0 <= done <= frames)
+
+
 def test_get_set_overwrite_delete(kv: Provider) -> None:
     assert kv.get("k") is None
     kv.set("k", "1")

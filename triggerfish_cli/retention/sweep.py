@@ -214,11 +214,9 @@ class _Pacer:
     """
 
     def __init__(self, pacing: Pacing, provider: StorageProvider) -> None:
-        from triggerfish_cli.storage.sqlite import SqliteStorage
-
         self.pacing = pacing
         self.size = max(1, min(pacing.batch_size, 200))
-        gated = isinstance(provider, SqliteStorage)
+        gated = provider.write_gate is not None
         self.pause = pacing.pause if pacing.pause is not None else 0 if gated else pacing.min_pause
         self.checkpoint = _checkpointer(provider) if pacing.checkpoint else None
         self.per_record: float | None = None  # seconds of lock per record
@@ -241,24 +239,15 @@ class _Pacer:
 
     def finish(self, provider: StorageProvider) -> None:
         """Leave the WAL fully checkpointed, so the gateway's next write starts it afresh."""
-        from triggerfish_cli.storage.sqlite import SqliteStorage
-
-        if self.checkpoint is None or not isinstance(provider, SqliteStorage):
+        gate = provider.write_gate
+        if self.checkpoint is None or gate is None:
             return
-        provider.gate.settle()
+        gate.settle()
         for _ in range(20):
             busy, frames, done = provider.checkpoint("PASSIVE")
             if not busy and frames == done:
                 return
             time.sleep(0.05)  # the gateway is checkpointing right now
-
-
-def _bulk(provider: StorageProvider, pacer: _Pacer) -> contextlib.AbstractContextManager[None]:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
-
-    if isinstance(provider, SqliteStorage):
-        return provider.bulk_writes()
-    return contextlib.nullcontext()
 
 
 def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
@@ -267,13 +256,12 @@ def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
     SQLite's write gate runs that PASSIVE checkpoint itself, the moment the
     paused writers run again.
     """
-    from triggerfish_cli.storage.sqlite import SqliteStorage
-
-    if not isinstance(provider, SqliteStorage):
+    gate = provider.write_gate
+    if gate is None:
         return None
 
     def checkpoint() -> int:
-        busy, frames, done = provider.gate.last_checkpoint
+        busy, frames, done = gate.last_checkpoint
         return -1 if busy or frames != done else frames
 
     return checkpoint
@@ -281,9 +269,8 @@ def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
 
 def _held(provider: StorageProvider, measured: float) -> float:
     """How long the last write held the lock: the gate knows (SQLite), else as measured."""
-    from triggerfish_cli.storage.sqlite import SqliteStorage
-
-    return provider.gate.last_hold if isinstance(provider, SqliteStorage) else measured
+    gate = provider.write_gate
+    return gate.last_hold if gate is not None else measured
 
 
 def apply_plan(
@@ -313,7 +300,7 @@ def apply_plan(
     by_name = {entry.namespace: entry for entry in result.namespaces}
     memory = _MemoryIndex.of(provider) if "memory:" in plan.namespaces else None
     try:
-        with _bulk(provider, pacer):
+        with provider.bulk_writes():
             _apply_all(provider, plan, pacer, by_name, memory, on_progress)
     except KeyboardInterrupt:
         result.interrupted = True

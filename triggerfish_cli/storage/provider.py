@@ -18,13 +18,17 @@ Nothing here is SQL: the protocol must fit SQLite, Postgres, S3 and a dict.
 from __future__ import annotations
 
 import builtins
+import contextlib
 import itertools
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
+
+if TYPE_CHECKING:
+    from triggerfish_cli.storage.write_gate import WriteGate
 
 _T = TypeVar("_T")
 
@@ -173,6 +177,23 @@ class StorageProvider(Protocol):
 
     def gate_stats(self) -> dict[str, Any] | None:
         """What the write gate did so far (SQLite); None where there is none."""
+        ...
+
+    @property
+    def write_gate(self) -> WriteGate | None:
+        """The write gate every write transaction passes (SQLite: it pauses the live
+        writers meanwhile, storage/write_gate.py); None where the backend has real
+        concurrency control."""
+        ...
+
+    def bulk_writes(self) -> AbstractContextManager[None]:
+        """Around an idempotent bulk job (a sweep): commits may skip their own
+        durability (SQLite: no WAL fsync per batch); a no-op elsewhere."""
+        ...
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        """SQLite's ``wal_checkpoint(mode)``: ``(busy, WAL frames, frames checkpointed)``;
+        ``(0, 0, 0)`` where there is no WAL."""
         ...
 
     def atomic_loads(self) -> bool:
@@ -368,6 +389,16 @@ class BaseStorage(ABC):
     def gate_stats(self) -> dict[str, Any] | None:
         """What the write gate did so far (SQLite); None where there is none."""
         return None
+
+    @property
+    def write_gate(self) -> WriteGate | None:
+        return None
+
+    def bulk_writes(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
+        return (0, 0, 0)
 
     def atomic_loads(self) -> bool:
         return False

@@ -293,6 +293,10 @@ class SqliteStorage(BaseStorage):
             self._gate = WriteGate(self.path, self.gate_mode, busy_timeout_ms=self.busy_timeout_ms)
         return self._gate
 
+    @property
+    def write_gate(self) -> WriteGate:
+        return self.gate
+
     def live_writers(self) -> builtins.list[LiveWriter]:
         """The other processes that have the store open (the gateway's daemon and CLI)."""
         return live_writers(self.path)
