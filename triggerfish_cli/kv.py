@@ -16,6 +16,7 @@ from typing import IO, Any
 from triggerfish_cli import audit, cells, namespaces
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
+from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
 from triggerfish_cli.serialization import dumps, fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
 
@@ -234,7 +235,6 @@ def check_json(value: str, origin: str) -> None:
         ) from None
 
 
-MEMORY_PREFIX = "memory:"
 
 
 def refuse_memory_key(key: str, where: str = "") -> None:

@@ -43,6 +43,7 @@ from triggerfish_cli.backup.snapshot import stream_snapshot
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.memory.keys import LEVELS_BY_NAME
+from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
@@ -52,7 +53,6 @@ from triggerfish_cli.storage.sqlite import (
     range_clause,
 )
 
-MEMORY_PREFIX = "memory:"
 #: A test hook: seconds to sleep with the archive half written (kill -9 tests).
 PAUSE_ENV = "TFADMIN_TEST_BACKUP_PAUSE"
 
