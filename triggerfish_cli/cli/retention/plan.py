@@ -1,0 +1,52 @@
+"""`triggerfish-admin retention plan`: what a sweep would do now."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.retention.common import (
+    AsOfOpt,
+    NamespaceOpt,
+    app,
+    as_of_time,
+    only_of,
+    policies_of,
+)
+from triggerfish_cli.cli.retention.output import show_plan
+
+
+@app.command("plan")
+def plan_cmd(
+    ctx: typer.Context,
+    namespace: NamespaceOpt = None,
+    list_keys: Annotated[
+        bool,
+        typer.Option("--list", "-l", help="One row per key: deletions, trims, ages unknown."),
+    ] = False,
+    as_of: AsOfOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Exit 1 when a sweep would delete or trim something, 0 when "
+            "there is nothing to do (for cron alerts); with -q print nothing",
+        ),
+    ] = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """What a sweep would do now, per namespace (count, bytes, oldest, rule). Writes nothing."""
+    from triggerfish_cli.retention.sweep import read_plan
+
+    st = state(ctx)
+    policies = policies_of(st)
+    only, now = only_of(namespace), as_of_time(as_of, future=True)
+    plan = read_plan(st.provider(), policies, now, only=only)
+    out = st.output(fmt_value(fmt))
+    if not (exit_code and out.quiet):
+        show_plan(out, plan, list_keys)
+    if exit_code and (plan.deletes or plan.trims):
+        raise typer.Exit(1)

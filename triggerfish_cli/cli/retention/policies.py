@@ -1,0 +1,32 @@
+"""`triggerfish-admin retention policies`: the effective policy of every namespace."""
+
+from __future__ import annotations
+
+import typer
+
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.retention.common import (
+    app,
+    policies_of,
+)
+
+
+@app.command("policies")
+def policies_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
+    """The effective policy of every namespace, and where it comes from."""
+    from triggerfish_cli.cli.output import Column, text_column
+
+    st = state(ctx)
+    policies = policies_of(st)
+    out = st.output(fmt_value(fmt))
+    out.rows(
+        (policy.as_dict() for policy in policies),
+        [
+            Column("namespace", "namespace"),
+            Column("policy", "policy"),
+            Column("source", "source"),
+            Column("held", "held"),
+            text_column("rule", "what goes"),
+        ],
+    )
