@@ -7,6 +7,7 @@ and hand a thread's error to the caller.
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import threading
@@ -15,6 +16,11 @@ from typing import Any
 
 #: Signals that stop or end us: the main thread alone takes them (see :func:`background`).
 HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGTSTP, signal.SIGHUP, signal.SIGQUIT)
+
+
+def cpu_workers() -> int:
+    """Threads for CPU work that lets go of the GIL (zstd, hashing, SQLite): the cores, up to 4."""
+    return min(4, os.cpu_count() or 1)
 
 
 def block_signals() -> None:

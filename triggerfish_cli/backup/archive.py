@@ -48,7 +48,7 @@ from typing import IO, Any
 
 from triggerfish_cli import __version__
 from triggerfish_cli.errors import InvalidDataError, VerificationError
-from triggerfish_cli.threads import block_signals
+from triggerfish_cli.threads import block_signals, cpu_workers
 
 FORMAT = "triggerfish-backup"
 FORMAT_VERSION = 1
@@ -789,7 +789,7 @@ def _zstd_frames(
             _write_at(fd, memoryview(buffer)[:size], offset)
         return buffer, size
 
-    threads = min(4, os.cpu_count() or 1)
+    threads = cpu_workers()
     pending: collections.deque[Future[tuple[bytearray, int]]] = collections.deque()
     #: Where the next frame goes in fd; None once a frame did not say its size.
     offset: int | None = 0

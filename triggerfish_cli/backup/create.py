@@ -52,6 +52,7 @@ from triggerfish_cli.storage.sqlite import (
     gap_clause,
     range_clause,
 )
+from triggerfish_cli.threads import cpu_workers
 
 #: A test hook: seconds to sleep with the archive half written (kill -9 tests).
 PAUSE_ENV = "TFADMIN_TEST_BACKUP_PAUSE"
@@ -243,7 +244,7 @@ def create_backup(
     if level is not None and compression == "gzip" and not 0 <= level <= 9:
         raise UsageError(f"--level {level}: gzip levels are 0 to 9")
     if threads is None:
-        threads = min(4, os.cpu_count() or 1)
+        threads = cpu_workers()
     if max_taint is not None and not logical:
         raise UsageError(
             "--max-taint needs --logical: a physical backup is a copy of the whole file"

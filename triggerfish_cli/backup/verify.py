@@ -17,7 +17,6 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,7 @@ from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage import integrity
-from triggerfish_cli.threads import block_signals
+from triggerfish_cli.threads import cpu_workers
 
 
 @dataclass
@@ -382,30 +381,14 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
 def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
     """SQLite's integrity check in pieces on every core (storage/integrity.py), the
     other checks beside them."""
-    workers = max(2, min(4, os.cpu_count() or 1))
-    problems: list[str] = []
-    try:
-        pieces = integrity.plan(snapshot, parts=2 * workers)
-    except sqlite3.Error as exc:
-        pieces, problems = [], [f"sqlite: {exc}"]
-    with ThreadPoolExecutor(workers, "backup-integrity", initializer=block_signals) as pool:
-        found = [pool.submit(_piece, piece) for piece in pieces]
-        rest = pool.submit(_check_rest, snapshot, manifest, result)
-        for future in found:
-            problems.extend(future.result())
-        counts = rest.result()
+    problems, counts = integrity.check(
+        snapshot, cpu_workers(), lambda: _check_rest(snapshot, manifest, result)
+    )
     if problems:
         result.failures.insert(0, "integrity check: " + "; ".join(problems[:5]))
         return None
     result.checks.insert(0, "SQLite integrity check: ok")
     return counts
-
-
-def _piece(piece: integrity.Piece) -> list[str]:
-    try:
-        return piece()
-    except sqlite3.Error as exc:
-        return [f"sqlite: {exc}"]
 
 
 def _check_rest(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:

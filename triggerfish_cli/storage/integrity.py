@@ -28,8 +28,14 @@ import functools
 import itertools
 import sqlite3
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
+
+from triggerfish_cli.threads import block_signals
+
+_T = TypeVar("_T")
 
 #: A piece of the check: the problems it found (none: that piece is sound).
 Piece = Callable[[], list[str]]
@@ -55,6 +61,36 @@ class _Index:
     name: str
     column: str
     unique: bool
+
+
+def check(path: Path, workers: int, beside: Callable[[], _T]) -> tuple[list[str], _T]:
+    """The problems :func:`plan`'s pieces find (none: the file is sound), run on
+    ``workers`` threads, and what ``beside`` returns, run on the same pool (other
+    checks of the same file). A piece that meets a SQLite error reports it."""
+    problems: list[str] = []
+    try:
+        pieces = plan(path, parts=2 * workers)
+    except sqlite3.Error as exc:
+        pieces, problems = [], [f"sqlite: {exc}"]
+    with ThreadPoolExecutor(workers, "integrity", initializer=block_signals) as pool:
+        found = [pool.submit(_guarded, piece) for piece in pieces]
+        other = pool.submit(beside)
+        for future in found:
+            problems.extend(future.result())
+        return problems, other.result()
+
+
+def _guarded(piece: Piece) -> list[str]:
+    try:
+        return piece()
+    except sqlite3.Error as exc:
+        return [f"sqlite: {exc}"]
+
+
+def _one(path: Path, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> tuple[Any, ...]:
+    """The one row of ``sql`` on a connection of the piece's own."""
+    with contextlib.closing(open_checked(path)) as conn:
+        return tuple(conn.execute(sql, params).fetchone())
 
 
 def plan(path: Path, parts: int) -> list[Piece]:
@@ -162,8 +198,7 @@ def _entries(
         f"LEFT JOIN {table} AS t NOT INDEXED ON t.rowid = i.rowid "
         f"WHERE {' AND '.join(where)} AND (t.rowid IS NULL OR t.{column} IS NOT i.{column})"
     )
-    with contextlib.closing(open_checked(path)) as conn:
-        bad, first = conn.execute(query, params).fetchone()
+    bad, first = _one(path, query, params)
     if not bad:
         return []
     return [f"{bad} entries of index {index.name} do not match their rows (the first: row {first})"]
@@ -171,8 +206,7 @@ def _entries(
 
 def _counts(path: Path, index: _Index, rows: int) -> list[str]:
     table, name = _name(index.table), _name(index.name)
-    with contextlib.closing(open_checked(path)) as conn:
-        entries = int(conn.execute(f"SELECT count(*) FROM {table} INDEXED BY {name}").fetchone()[0])
+    entries = int(_one(path, f"SELECT count(*) FROM {table} INDEXED BY {name}")[0])
     if entries == rows:
         return []
     return [f"index {index.name} has {entries} entries for the {rows} rows of {index.table}"]
@@ -180,12 +214,8 @@ def _counts(path: Path, index: _Index, rows: int) -> list[str]:
 
 def _unique(path: Path, index: _Index) -> list[str]:
     table, name, column = _name(index.table), _name(index.name), _name(index.column)
-    with contextlib.closing(open_checked(path)) as conn:
-        twice = int(
-            conn.execute(
-                f"SELECT count({column}) - count(DISTINCT {column}) FROM {table} INDEXED BY {name}"
-            ).fetchone()[0]
-        )
+    distinct = f"SELECT count({column}) - count(DISTINCT {column}) FROM {table} INDEXED BY {name}"
+    twice = int(_one(path, distinct)[0])
     if not twice:
         return []
     return [f"unique index {index.name} holds {twice} value(s) more than once"]
