@@ -767,12 +767,13 @@ def _zstd_frames(
     local = threading.local()
     free: list[bytearray] = []
 
-    def decompress(data: bytes, buffer: bytearray, offset: int | None) -> tuple[bytearray, int]:
+    def decompress(
+        data: bytes, size: int, buffer: bytearray, offset: int | None
+    ) -> tuple[bytearray, int]:
         context = getattr(local, "context", None)
         if context is None:
             context = local.context = zstandard.ZstdDecompressor()
         try:
-            size = zstandard.frame_content_size(data)
             if size < 0:  # not in the header: as a stream, to its end
                 stream = context.decompressobj()
                 buffer = bytearray(stream.decompress(data))
@@ -814,9 +815,8 @@ def _zstd_frames(
                 data = source.read(size)
                 if len(data) != size:
                     raise VerificationError("zstd: the payload ends inside a frame")
-                at = None
+                content, at = _content_size(data), None
                 if fd is not None and offset is not None:
-                    content = _content_size(data)
                     if content < 0:
                         while pending:  # from here on every frame is written in order
                             yield landed(pending.popleft())
@@ -824,7 +824,7 @@ def _zstd_frames(
                     else:
                         at, offset = offset, offset + content
                 buffer = free.pop() if free else bytearray()
-                pending.append(pool.submit(decompress, data, buffer, at))
+                pending.append(pool.submit(decompress, data, content, buffer, at))
                 while pending and (pending[0].done() or len(pending) > 2 * threads):
                     yield landed(pending.popleft())
             while pending:
@@ -835,13 +835,14 @@ def _zstd_frames(
 
 
 def _content_size(data: bytes) -> int:
-    """The content size a zstd frame's header gives (-1: none, or not a frame)."""
+    """The content size a zstd frame's header gives (-1: none, or not a frame: the
+    stream decompression then says what is wrong with it)."""
     import zstandard
 
     try:
         return int(zstandard.frame_content_size(data))
     except zstandard.ZstdError:
-        return -1  # the pool's decompression says what is wrong with it
+        return -1
 
 
 def _frame_into(context: Any, data: bytes, view: memoryview, size: int) -> None:
@@ -857,4 +858,3 @@ def _frame_into(context: Any, data: bytes, view: memoryview, size: int) -> None:
             raise VerificationError(
                 f"zstd: a frame holds other than the {size} bytes its header says"
             )
-
