@@ -1,10 +1,8 @@
-"""What the `memory` commands share: the group, its argument types, agents, warnings."""
+"""What the `memory` commands share: the group, the agent option's meaning, warnings."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli.cli.options import sub_app
 from triggerfish_cli.errors import UsageError
@@ -21,31 +19,11 @@ app = sub_app(
     "level. Reads above PUBLIC and every change leave an audit record.",
 )
 
-Key = Annotated[str, typer.Argument(help="The memory key, e.g. user-name.", show_default=False)]
-Tag = Annotated[
-    str | None,
-    typer.Option("--tag", help="Only memories carrying this tag.", show_default=False),
-]
-
 
 def resolve_agent(agent: str | None, all_agents: bool) -> str | None:
     if all_agents and agent is not None:
         raise UsageError("give --agent or --all-agents, not both")
     return None if all_agents else (agent or DEFAULT_AGENT)
-
-
-def one_line(text: Any) -> str:
-    """Free text on one line (the table cuts it to the terminal with …)."""
-    return " ".join(str(text or "").split())
-
-
-def with_marks(row: dict[str, Any]) -> str:
-    """The snippet with its matched terms in [brackets], for the table."""
-    text, parts, last = row["snippet"], [], 0
-    for start, end in row["highlights"]:
-        parts += [text[last:start], "[", text[start:end], "]"]
-        last = end
-    return " ".join(("".join(parts) + text[last:]).split())
 
 
 def warn_malformed(out: Output, keys: list[Any]) -> None:
@@ -55,10 +33,3 @@ def warn_malformed(out: Output, keys: list[Any]) -> None:
         out.warn(f"skipped {key}: {reason}")
     if len(keys) > 10:
         out.warn(f"... and {len(keys) - 10} more malformed memory record(s)")
-
-
-def columns_of(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
-    from triggerfish_cli.cli.output import Column
-
-    shown = ([("agent", "agent")] if agent else []) + list(fields)
-    return [Column(name, header, kind="text" if name == "tags" else "") for name, header in shown]

@@ -3,21 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.memory.common import (
-    Key,
-    Tag,
-    app,
-    columns_of,
-    one_line,
-    resolve_agent,
-    warn_malformed,
-    with_marks,
-)
+from triggerfish_cli.cli.memory.common import app, resolve_agent, warn_malformed
 from triggerfish_cli.cli.options import (
     AgentOpt,
     AllAgentsOpt,
@@ -34,6 +25,35 @@ from triggerfish_cli.memory.keys import DEFAULT_AGENT
 
 if TYPE_CHECKING:
     pass
+
+Key = Annotated[str, typer.Argument(help="The memory key, e.g. user-name.", show_default=False)]
+
+Tag = Annotated[
+    str | None,
+    typer.Option("--tag", help="Only memories carrying this tag.", show_default=False),
+]
+
+
+def _one_line(text: Any) -> str:
+    """Free text on one line (the table cuts it to the terminal with …)."""
+    return " ".join(str(text or "").split())
+
+
+def _with_marks(row: dict[str, Any]) -> str:
+    """The snippet with its matched terms in [brackets], for the table."""
+    text, parts, last = row["snippet"], [], 0
+    for start, end in row["highlights"]:
+        parts += [text[last:start], "[", text[start:end], "]"]
+        last = end
+    return " ".join(("".join(parts) + text[last:]).split())
+
+
+def _columns(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
+    from triggerfish_cli.cli.output import Column
+
+    shown = ([("agent", "agent")] if agent else []) + list(fields)
+    return [Column(name, header, kind="text" if name == "tags" else "") for name, header in shown]
+
 
 @app.command("search")
 def search_cmd(
@@ -78,8 +98,8 @@ def search_cmd(
     )
     rows = [hit.as_dict() for hit in result.hits]
     for row in rows:
-        row["match"] = with_marks(row)
-    columns = columns_of(
+        row["match"] = _with_marks(row)
+    columns = _columns(
         ("key", "key"),
         ("level", "level"),
         ("tags", "tags"),
@@ -148,10 +168,10 @@ def list_cmd(
     listing = memory.list_memories(
         st.provider(), taint=taint_level(taint), agent=who, tag=tag, limit=limit
     )
-    columns = columns_of(("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None)
+    columns = _columns(("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None)
     columns += [
         Column("updated_at", "updated"),
-        text_column("content", "content", render=one_line),
+        text_column("content", "content", render=_one_line),
         Column("storage_key", "storage key", wide=True),
     ]
     out.rows((r.as_dict() for r in listing.records), columns, empty="no memories visible")
@@ -245,11 +265,10 @@ def history_cmd(
     out = st.output(fmt_value(fmt))
     who = resolve_agent(agent, all_agents)
     versions = memory.history(st.provider(), key, taint=taint_level(taint), agent=who)
-    columns = columns_of(("level", "level"), ("status", "status"), agent=who is None)
+    columns = _columns(("level", "level"), ("status", "status"), agent=who is None)
     columns += [
         Column("updated_at", "updated"),
         text_column("tags", "tags"),
-        text_column("content", "content", render=one_line),
+        text_column("content", "content", render=_one_line),
     ]
     out.rows((v.as_dict() for v in versions), columns, empty=f"no version of {key!r} visible")
-
