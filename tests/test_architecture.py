@@ -10,15 +10,31 @@ from pathlib import Path
 PACKAGE = Path(__file__).parents[1] / "triggerfish_cli"
 
 
-def imports_of(path: Path) -> set[str]:
-    tree = ast.parse(path.read_text())
-    found: set[str] = set()
+def import_targets(tree: ast.Module, *, annotations: bool = True) -> list[tuple[str, str | None]]:
+    """``(module, name)`` of every import, at the top or inside a function:
+    ``import a.b`` is ``("a.b", None)``, ``from a import b`` is ``("a", "b")``.
+    ``annotations=False`` leaves out those under ``if TYPE_CHECKING:`` (never run)."""
+    skipped: set[int] = set()
+    if not annotations:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and ast.unparse(node.test) in (
+                "TYPE_CHECKING",
+                "typing.TYPE_CHECKING",
+            ):
+                skipped.update(id(child) for child in ast.walk(node))
+    found: list[tuple[str, str | None]] = []
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
-            found.update(alias.name.split(".")[0] for alias in node.names)
+            found.extend((alias.name, None) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            found.add(node.module.split(".")[0])
+            found.extend((node.module, alias.name) for alias in node.names)
     return found
+
+
+def imports_of(path: Path) -> set[str]:
+    return {module.split(".")[0] for module, _ in import_targets(ast.parse(path.read_text()))}
 
 
 def test_core_never_imports_typer_or_rich() -> None:
@@ -211,18 +227,6 @@ def _module_name(path: Path, package: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _type_checking_nodes(tree: ast.Module) -> set[int]:
-    """Nodes under ``if TYPE_CHECKING:``: annotations only, never run."""
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and ast.unparse(node.test) in (
-            "TYPE_CHECKING",
-            "typing.TYPE_CHECKING",
-        ):
-            skipped.update(id(child) for child in ast.walk(node))
-    return skipped
-
-
 def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Module -> the package's modules it imports, at the top or inside a function."""
     modules = {_module_name(path, package): path for path in package.rglob("*.py")}
@@ -235,24 +239,13 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in modules}
     root = package.name
     for name, path in modules.items():
-        tree = ast.parse(path.read_text())
-        skipped = _type_checking_nodes(tree)
-        for node in ast.walk(tree):
-            if id(node) in skipped:
+        for module, imported in import_targets(ast.parse(path.read_text()), annotations=False):
+            if module != root and not module.startswith(root + "."):
                 continue
-            targets: list[str | None] = []
-            if isinstance(node, ast.Import):
-                targets = [known(alias.name) for alias in node.names if alias.name.startswith(root)]
-            elif (
-                isinstance(node, ast.ImportFrom)
-                and node.level == 0
-                and node.module
-                and (node.module == root or node.module.startswith(root + "."))
-            ):
-                for alias in node.names:
-                    full = f"{node.module}.{alias.name}"
-                    targets.append(full if full in modules else known(node.module))
-            graph[name].update(t for t in targets if t and t != name)
+            full = f"{module}.{imported}" if imported else module
+            target = full if full in modules else known(module)
+            if target and target != name:
+                graph[name].add(target)
     return graph
 
 
@@ -313,3 +306,16 @@ def test_no_core_module_imports_the_cli() -> None:
         if not module.startswith("triggerfish_cli.cli") and module != "triggerfish_cli.__main__"
     }
     assert {module: found for module, found in offenders.items() if found} == {}
+
+
+def test_only_typer_compat_touches_typer_internals() -> None:
+    """Typer's private modules (``typer._click``, its completion code) are reached
+    through cli/typer_compat.py alone (tests/cli/test_typer_compat.py pins them)."""
+    offenders = []
+    for path in PACKAGE.rglob("*.py"):
+        if path.name == "typer_compat.py":
+            continue
+        for module, name in import_targets(ast.parse(path.read_text())):
+            if module.startswith("typer._") or (module == "typer" and (name or "").startswith("_")):
+                offenders.append(path.relative_to(PACKAGE).as_posix())
+    assert offenders == []

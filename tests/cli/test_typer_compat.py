@@ -34,16 +34,3 @@ def test_every_shell_gets_a_script_that_asks_the_program() -> None:
     for shell in ("bash", "zsh", "fish"):
         script = typer_compat.shell_script("tf-compat", "_TF_COMPAT_COMPLETE", shell)
         assert "_TF_COMPAT_COMPLETE" in script and "tf-compat" in script, shell
-
-
-def test_only_typer_compat_touches_typer_internals() -> None:
-    from pathlib import Path
-
-    package = Path(typer_compat.__file__).parent.parent
-    offenders = [
-        path.relative_to(package).as_posix()
-        for path in package.rglob("*.py")
-        if path.name != "typer_compat.py"
-        and "typer._" in path.read_text().replace("from typer import _", "typer._")
-    ]
-    assert offenders == []
