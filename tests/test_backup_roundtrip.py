@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from triggerfish_cli.backup.create import create_backup
 from triggerfish_cli.backup.dest import LocalDestination
-from triggerfish_cli.backup.restore import load_logical
+from triggerfish_cli.backup.load import load_logical
 from triggerfish_cli.backup.verify import verify_file
 from triggerfish_cli.storage.in_memory import MemoryStorage
 

@@ -159,7 +159,7 @@ def archive_rows(
     read-only; the caller removes ``work``. An encrypted archive needs
     ``identities`` (backup_crypt.Identities).
     """
-    from triggerfish_cli.backup.restore import verified
+    from triggerfish_cli.backup.load import verified
     from triggerfish_cli.backup.verify import iter_lines, payload_stream
 
     result = verified(path, name, work, "no diff", identities=identities)

@@ -435,6 +435,7 @@ def restore_cmd(
     dry run counts, per namespace, what would be written and deleted.
     """
     from triggerfish_cli.backup.include import normalize
+    from triggerfish_cli.backup.restore import RestoreOptions
     from triggerfish_cli.cli.backup_restore import run_restore, run_undo, target_store
 
     st = state(ctx)
@@ -460,17 +461,17 @@ def restore_cmd(
         name,
         target,
         store=store,
-        options={
-            "replace": replace,
-            "merge": merge,
-            "force": force,
-            "yes": yes,
-            "other_store": other_store,
-            "logical": logical or bool(prefixes),
-            "include": prefixes,
-        },
+        options=RestoreOptions(
+            replace=replace,
+            merge=merge,
+            force=force,
+            other_store=other_store,
+            logical=logical or bool(prefixes),
+            include=prefixes,
+            identities=identities(identity),
+        ),
+        yes=yes,
         dry_run=dry_run,
-        identities=identities(identity),
     )
 
 

@@ -1,0 +1,327 @@
+"""``backup restore`` of a physical archive: verify into a scratch file, check it, swap it in.
+
+A SQLite archive into a SQLite store: the archive is verified while it
+decompresses into a scratch file beside the store (same file system), the
+scratch passes the integrity checks, then the live store's WAL is
+checkpointed into it (no committed write is lost), the old file is kept as
+``<db>.pre-restore-<time>`` (a hard link: no copy) and the scratch is renamed
+over the store in one ``os.replace``. Until that rename the store is
+untouched; a failure or kill -9 at any earlier point leaves it byte for byte
+as it was. ``undo`` puts the newest pre-restore file back the same way.
+
+Refused (exit 6) while another process has the store open (found through
+``/proc/*/fd`` and a probe of SQLite's shared-memory lock), unless forced.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from triggerfish_cli.backup.archive import Manifest
+from triggerfish_cli.backup.crypt import Identities
+from triggerfish_cli.backup.load import needs_identity
+from triggerfish_cli.backup.verify import verify_file
+from triggerfish_cli.errors import (
+    BusyError,
+    NotFoundError,
+    TriggerfishError,
+    VerificationError,
+)
+from triggerfish_cli.fileio import fsync_dir
+from triggerfish_cli.progress import Reporter
+from triggerfish_cli.serialization import now_iso
+
+PAUSE_ENV = "TFADMIN_TEST_RESTORE_PAUSE"
+PRE_RESTORE = ".pre-restore-"
+SHM_DMS_BYTE = 128  # SQLite's "dead man switch" lock byte in the -shm file
+
+
+def stamp() -> str:
+    return now_iso().replace(":", "-")
+
+
+# -- who has the store open ---------------------------------------------------------
+
+
+def open_by_others(db: Path) -> list[str]:
+    """Processes (other than this one) holding the store or its WAL open: ``pid (name)``."""
+    targets = set()
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            targets.add(os.path.realpath(str(db) + suffix))
+    found: list[str] = []
+    proc = Path("/proc")
+    me = os.getpid()
+    if proc.is_dir():
+        for entry in proc.iterdir():
+            if not entry.name.isdigit() or int(entry.name) == me:
+                continue
+            try:
+                links = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
+            except OSError:
+                continue
+            if targets.intersection(links):
+                try:
+                    comm = (entry / "comm").read_text().strip()
+                except OSError:
+                    comm = "?"
+                found.append(f"{entry.name} ({comm})")
+    if not found and _shm_in_use(db):
+        found.append("a process holding its shared-memory lock")
+    return found
+
+
+def _shm_in_use(db: Path) -> bool:
+    """True when another process holds SQLite's lock on the -shm file (it has the store open)."""
+    shm = Path(str(db) + "-shm")
+    try:
+        fd = os.open(shm, os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
+    except OSError:
+        return True
+    else:
+        fcntl.lockf(fd, fcntl.LOCK_UN, 1, SHM_DMS_BYTE)
+        return False
+    finally:
+        os.close(fd)
+
+
+def check_not_open(db: Path, force: bool) -> None:
+    if force or not db.exists():
+        return
+    users = open_by_others(db)
+    if users:
+        raise BusyError(
+            f"{db}: open by another process: {', '.join(users[:5])}",
+            hint="stop the gateway first, or pass --force to restore anyway",
+        )
+
+
+# -- physical ------------------------------------------------------------------------------
+
+
+@dataclass
+class Swapped:
+    target: str
+    kept: str | None
+    manifest: Manifest | None
+    checks: list[str]
+    dry_run: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "kept": self.kept,
+            "created": self.manifest.created if self.manifest else None,
+            "keys": self.manifest.keys if self.manifest else None,
+            "checks": self.checks,
+            "dry_run": self.dry_run,
+        }
+
+
+def scratch_path(target: Path) -> Path:
+    """The scratch file beside ``target``; those of dead processes (kill -9) are removed,
+    with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside them."""
+    import re
+
+    from triggerfish_cli.backup.dest import _alive
+
+    pattern = re.compile(
+        rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp(?:-wal|-shm|-journal)?$"
+    )
+    with contextlib.suppress(OSError):
+        for child in target.parent.iterdir():
+            match = pattern.match(child.name)
+            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+                child.unlink(missing_ok=True)
+    return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
+
+
+def restore_physical(
+    archive: Path,
+    name: str,
+    target: Path,
+    *,
+    force: bool,
+    progress: Reporter | None = None,
+    store_id: str | None = None,
+    identities: Identities | None = None,
+) -> Swapped:
+    """Verify ``archive`` into a scratch file beside ``target``, then swap it in.
+
+    ``store_id``: the identity the restored store keeps (backup_stores.new_identity:
+    the target's own, or the backup's when it goes back where it was); None: the
+    backup's own id is dropped and a fresh one is recorded (a copy elsewhere is
+    another store).
+    """
+    target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
+    check_not_open(target, force)
+    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    scratch = scratch_path(target)
+    try:
+        result = verify_file(
+            archive, name, snapshot=scratch, durable=True, progress=progress, identities=identities
+        )
+        if result.sealed:
+            raise needs_identity(name)
+        if not result.ok:
+            raise VerificationError(
+                f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
+            )
+        set_identity(scratch, store_id)
+        for suffix in ("-wal", "-shm", "-journal"):
+            Path(str(scratch) + suffix).unlink(missing_ok=True)
+        pause = os.environ.get(PAUSE_ENV)
+        if pause:
+            import time
+
+            time.sleep(float(pause))
+        kept = _swap_in(scratch, target, force=force)
+    finally:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(str(scratch) + suffix).unlink(missing_ok=True)
+    manifest = result.manifest
+    assert manifest is not None
+    details = {"kind": "physical", "created": manifest.created, "kept": str(kept) if kept else None}
+    _audit_file(target, "backup_restore", name, {"keys": manifest.keys}, details)
+    return Swapped(str(target), str(kept) if kept else None, manifest, result.checks)
+
+
+def set_identity(scratch: Path, store_id: str | None) -> None:
+    """Give the checked scratch copy the identity the restored store keeps.
+
+    A private file nobody else has open (no write gate); its WAL is folded
+    back into it before the swap, and fsynced (``synchronous=FULL``).
+    """
+    from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
+    from triggerfish_cli.storage.sqlite import private_transaction
+
+    with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
+        present = conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (ID_TABLE,)
+        ).fetchone()
+        current = (
+            conn.execute(f"SELECT value FROM {ID_TABLE} WHERE name = 'id'").fetchone()
+            if present
+            else None
+        )
+        if (current[0] if current else None) == store_id:
+            return
+        conn.execute("PRAGMA synchronous=FULL")
+        with private_transaction(conn):
+            if present:
+                conn.execute(f"DELETE FROM {ID_TABLE}")
+            if store_id is not None:
+                conn.execute(ID_TABLE_SQL)
+                conn.executemany(
+                    f"INSERT INTO {ID_TABLE} (name, value) VALUES (?, ?)",
+                    [("id", store_id), ("created", now_iso())],
+                )
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+
+
+def _audit_file(
+    db: Path, action: str, target: str, counts: dict[str, int], details: dict[str, Any]
+) -> None:
+    """The audit record of a restore, in the store it produced (best effort: it is done)."""
+    from triggerfish_cli import audit
+    from triggerfish_cli.storage.sqlite import SqliteStorage
+
+    with contextlib.suppress(TriggerfishError):
+        store = SqliteStorage(db)
+        try:
+            audit.record(store, action, target=target, counts=counts, details=details)
+        finally:
+            store.close()
+
+
+def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE) -> Path | None:
+    """Replace ``target`` with ``new`` atomically, keeping the old file under a new name."""
+    check_not_open(target, force)
+    kept: Path | None = None
+    if target.exists():
+        _checkpoint(target, force)
+        kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
+        wal = Path(str(target) + "-wal")
+        try:
+            try:
+                os.link(target, kept)
+            except OSError:
+                shutil.copy2(target, kept)
+            if wal.exists() and wal.stat().st_size > 0:  # --force with a live writer, or damage
+                shutil.copy2(wal, str(kept) + "-wal")
+        except BaseException:
+            for leftover in (kept, Path(str(kept) + "-wal")):
+                leftover.unlink(missing_ok=True)
+            raise
+        old = target.stat()
+        with contextlib.suppress(OSError):
+            os.chmod(new, old.st_mode & 0o7777)
+        if os.geteuid() == 0:  # run as root: the gateway's user must still own its store
+            with contextlib.suppress(OSError):
+                os.chown(new, old.st_uid, old.st_gid)
+    for suffix in ("-wal", "-shm"):
+        Path(str(target) + suffix).unlink(missing_ok=True)
+    os.replace(new, target)
+    fsync_dir(target.parent)
+    return kept
+
+
+def _checkpoint(db: Path, force: bool) -> None:
+    """Move every committed page of the WAL into the file, so the kept copy has them all."""
+    try:
+        with contextlib.closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as conn:
+            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+    except sqlite3.Error as exc:
+        text = str(exc).lower()
+        if force or not ("locked" in text or "busy" in text):
+            return  # a damaged store (what a restore is for): kept as it is, -wal included
+        raise BusyError(f"{db}: cannot checkpoint its WAL: {exc}") from exc
+    wal = Path(str(db) + "-wal")
+    if not force and ((busy and busy[0]) or (wal.exists() and wal.stat().st_size > 0)):
+        raise BusyError(
+            f"{db}: its WAL could not be emptied (a writer is active)",
+            hint="stop the gateway first, or pass --force",
+        )
+
+
+def pre_restores(target: Path) -> list[Path]:
+    return sorted(
+        path
+        for path in target.parent.glob(f"{target.name}{PRE_RESTORE}*")
+        if not path.name.endswith(("-wal", "-shm"))
+    )
+
+
+def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
+    """Put the newest ``<db>.pre-restore-<time>`` back; keep the current one as ``.undone-``."""
+    target = Path(os.path.realpath(target))
+    found = pre_restores(target)
+    if not found:
+        raise NotFoundError(f"{target}: no {target.name}{PRE_RESTORE}* file to put back")
+    newest = found[-1]
+    if dry_run:
+        return Swapped(str(target), str(newest), None, [], dry_run=True)
+    check_not_open(target, force)
+    scratch = scratch_path(target)
+    try:
+        os.link(newest, scratch)
+    except OSError:
+        shutil.copy2(newest, scratch)
+    kept = _swap_in(scratch, target, force=force, keep_as=".undone-")
+    wal = Path(str(newest) + "-wal")
+    if wal.exists():
+        os.replace(wal, str(target) + "-wal")
+    newest.unlink()
+    _audit_file(target, "backup_undo", newest.name, {}, {"kept": str(kept) if kept else None})
+    return Swapped(str(target), str(kept) if kept else None, None, [f"put back {newest.name}"])
