@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triggerfish_cli import checksums, locations, migrate
+from triggerfish_cli import checksums, locations
 from triggerfish_cli.errors import InvalidDataError, RefusedError, UsageError
+from triggerfish_cli.migrate import planning, run
 from triggerfish_cli.storage.in_memory import MemoryStorage
 
 
@@ -101,10 +102,10 @@ def test_compare_counts_missing_different_and_extra() -> None:
             "sessions:2": "B",
             "plain": "d",
             "zzz:1": "e",
-            migrate.PROGRESS_KEY: "{}",
+            planning.PROGRESS_KEY: "{}",
         }
     )
-    checks = checksums.compare(source, target, ignore=[migrate.PROGRESS_KEY], batch_size=2)
+    checks = checksums.compare(source, target, ignore=[planning.PROGRESS_KEY], batch_size=2)
     rows = {name: check.as_dict(merge=False) for name, check in checks.items()}
     assert rows["sessions:"]["different"] == 1 and rows["sessions:"]["source_keys"] == 2
     assert rows["sessions:"]["source_checksum"] != rows["sessions:"]["target_checksum"]
@@ -114,7 +115,7 @@ def test_compare_counts_missing_different_and_extra() -> None:
     assert rows[""]["ok"] and rows[""]["source_checksum"] == rows[""]["target_checksum"]
     assert "tfadmin:" not in rows  # our own progress record is not compared
     # verify: checksums first, then only the namespaces that differ are walked
-    fast = migrate.verify(source, target, merge=False)
+    fast = run.verify(source, target, merge=False)
     assert {name: c.as_dict(False) for name, c in fast.items()} == rows
 
 
@@ -132,17 +133,17 @@ def test_every_backend_computes_the_same_checksums(tmp_path: Path) -> None:
 
 def test_plan_refusals() -> None:
     source = MemoryStorage({"a": "1"})
-    assert migrate.plan(source, MemoryStorage(), merge=False).target_state == "empty"
+    assert planning.plan(source, MemoryStorage(), merge=False).target_state == "empty"
     with pytest.raises(RefusedError, match="not empty"):
-        migrate.plan(source, MemoryStorage({"x": "1"}), merge=False)
-    assert migrate.plan(source, MemoryStorage({"x": "1"}), merge=True).target_state == "non-empty"
-    other = migrate.Progress("sqlite:/elsewhere.db", False, "2026-01-01T00:00:00.000Z", "a", 1)
+        planning.plan(source, MemoryStorage({"x": "1"}), merge=False)
+    assert planning.plan(source, MemoryStorage({"x": "1"}), merge=True).target_state == "non-empty"
+    other = planning.Progress("sqlite:/elsewhere.db", False, "2026-01-01T00:00:00.000Z", "a", 1)
     with pytest.raises(RefusedError, match=r"unfinished migration from sqlite:/elsewhere\.db"):
-        migrate.plan(source, MemoryStorage({migrate.PROGRESS_KEY: other.dump()}), merge=True)
+        planning.plan(source, MemoryStorage({planning.PROGRESS_KEY: other.dump()}), merge=True)
     with pytest.raises(RefusedError, match="unfinished migration into it"):
-        migrate.plan(MemoryStorage({migrate.PROGRESS_KEY: "{}"}), MemoryStorage(), merge=False)
+        planning.plan(MemoryStorage({planning.PROGRESS_KEY: "{}"}), MemoryStorage(), merge=False)
     with pytest.raises(InvalidDataError, match="not a migration progress record"):
-        migrate.plan(source, MemoryStorage({migrate.PROGRESS_KEY: "[]"}), merge=False)
+        planning.plan(source, MemoryStorage({planning.PROGRESS_KEY: "[]"}), merge=False)
 
 
 def test_the_same_store_under_two_names_is_refused() -> None:
@@ -150,9 +151,9 @@ def test_the_same_store_under_two_names_is_refused() -> None:
     shared = {"a": "1"}
     source, target = MemoryStorage(), MemoryStorage()
     source._data = target._data = shared  # two providers on one store
-    the_plan = migrate.plan(source, target, merge=True)
+    the_plan = planning.plan(source, target, merge=True)
     with pytest.raises(UsageError, match="same store"):
-        migrate.copy(source, target, the_plan)
+        run.copy(source, target, the_plan)
     assert shared == {"a": "1"}
 
 

@@ -19,7 +19,7 @@ import pytest
 from tests.conftest import CliFn
 from tests.helpers.gateway import GATEWAY_ROWS, dump_tables, write_gateway_store
 from tests.helpers.services import S3, Postgres
-from triggerfish_cli.migrate import PROGRESS_KEY
+from triggerfish_cli.migrate.planning import PROGRESS_KEY
 from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite import SqliteStorage
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.gateway import write_gateway_store
-from triggerfish_cli.migrate import KILL_ENV, PROGRESS_KEY
+from triggerfish_cli.migrate.planning import PROGRESS_KEY
+from triggerfish_cli.migrate.run import KILL_ENV
 
 POINTS = ("migrate:verified", "migrate:indexed", "migrate:audited", "migrate:done")
 

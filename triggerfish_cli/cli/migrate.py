@@ -8,7 +8,6 @@ import typer
 
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value
-from triggerfish_cli.errors import InvalidDataError, TriggerfishError
 
 HELP = (
     "Move a store to another backend, verified and resumable.\n\n"
@@ -79,87 +78,41 @@ def migrate_cmd(
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    from triggerfish_cli import locations, migrate
+    from triggerfish_cli.locations import parse_location
+    from triggerfish_cli.migrate.planning import prepare
+    from triggerfish_cli.migrate.run import Migration, check_verified
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
-    source_config = locations.parse_location(source, "from", endpoint_url=endpoint_url)
-    target_config = locations.parse_location(target, "to", endpoint_url=endpoint_url)
-    src = locations.open_source(source_config)
-    ctx.call_on_close(src.close)
-    dst = locations.open_target(target_config, create=False)
-    plan = migrate.plan(src, dst, merge=merge, target_config=target_config)
+    source_config = parse_location(source, "from", endpoint_url=endpoint_url)
+    target_config = parse_location(target, "to", endpoint_url=endpoint_url)
+    prepared = prepare(source_config, target_config, merge=merge)
+    ctx.call_on_close(prepared.close)
     if dry_run:
-        if dst is not None:
-            dst.close()
-        _report_plan(out, plan)
+        prepared.close_target()
+        _report_plan(out, prepared)
         return
-    if dst is None:  # checked and refused nothing: now create it
-        dst = locations.open_target(target_config, create=True)
-        assert dst is not None
-        plan.target = dst.describe()
-    ctx.call_on_close(dst.close)
-    if plan.target_state == "finishing":
-        out.info(
-            f"finishing the migration from {plan.source}: copied and verified before it "
-            "was stopped"
-        )
-    if plan.target_state == "resumable" and plan.resume is not None:
-        out.info(
-            f"resuming the migration from {plan.source}: {plan.resume.copied} key(s) "
-            f"copied before, {plan.to_copy} to go"
-        )
-    if plan.target_state == "non-empty":
-        out.confirm(
-            f"Merge {plan.source_keys} key(s) into the non-empty {plan.target}? "
-            "Source values replace target values.",
-            yes=yes,
-            what="merging into a non-empty store",
-        )
-    if plan.merge and plan.target_state != "finishing":  # finishing copies nothing
-        # rows merged into a store that may hold memories: no write-down
-        from triggerfish_cli.memory.keys import PREFIX
-        from triggerfish_cli.memory.records import refuse_write_down
-
-        refuse_write_down(src.scan(PREFIX, batch_size=2000), dst, plan.source)
-    run = migrate.Migration(src, dst, plan, batch_size=batch_size)
-    copied = [0]
+    if prepared.notice is not None:
+        out.info(prepared.notice)
+    if prepared.question is not None:
+        out.confirm(prepared.question, yes=yes, what="merging into a non-empty store")
+    run = Migration.of(prepared, batch_size=batch_size)
     try:
-        with out.progress("copying", total=plan.to_copy) as bar:
-
-            def advance(count: int) -> None:
-                copied[0] += count
-                bar.advance(count)
-
-            run.copy(advance)
-    except TriggerfishError as exc:  # one line: what stopped it, and how to go on
-        if isinstance(exc, InvalidDataError):  # a row the target cannot hold: named, no retry
-            raise
-        exc.hint = "; ".join(
-            part
-            for part in (
-                exc.hint,
-                f"stopped after copying {copied[0]} key(s) in this run; "
-                "run the same command again to continue where it stopped",
-            )
-            if part
-        )
-        raise
+        with out.progress("copying", total=prepared.plan.to_copy) as bar:
+            run.copy(bar.advance)
     except KeyboardInterrupt:
-        out.info(
-            f"stopped after copying {copied[0]} key(s) in this run; "
-            "run the same command again to continue where it stopped"
-        )
+        out.info(run.stopped)
         raise
     with out.progress("verifying", total=run.verify_reads or None) as bar:
         run.verify(bar.advance)
     result = run.finish()
     _report_result(out, result)
-    migrate.check_verified(result)
+    check_verified(result)
 
 
-def _report_plan(out: Any, plan: Any) -> None:
-    document = {**plan.as_dict(), "dry_run": True}
+def _report_plan(out: Any, prepared: Any) -> None:
+    document = prepared.as_dict()
+    plan = prepared.plan
     if out.fmt != "table":
         out.record(document)
         return

@@ -1,46 +1,4 @@
-"""Moving a store between backends: stream, resume, verify.
-
-``migrate --from SOURCE --to TARGET`` copies every key of one store into
-another (SQLite, Postgres, S3, in any direction), then proves the copy.
-
-The copy
-    Keys stream from the source in binary key order, in batches of
-    ``batch_size``; each batch is one ``set_batched`` on the target (one
-    transaction on Postgres, parallel PUTs on S3, transactions short enough
-    for the write gate on SQLite).
-
-Resuming
-    After each batch is written, the target's progress record
-    ``tfadmin:migrate`` (a JSON value: source, last key, count) is updated.
-    An interrupted run (Ctrl-C, a dropped connection, a crash) is finished
-    by running the same command again: it continues after the recorded
-    key. Because keys come in order and a batch is recorded only after it
-    was written, every source key up to the recorded one is in the target;
-    the at most one batch written after the record is written again
-    (writes are idempotent). The record is removed when the copy verified.
-
-Verification
-    Afterwards both stores are read again, side by side in key order, and
-    compared per namespace: key counts, an order-independent checksum (the
-    sum modulo 2**128 of BLAKE2b-128 over ``len(key)``, key and value, the
-    same on both sides) and each key's value. Keys changed in the source
-    during the copy (a gateway still writing) show up as mismatches: stop
-    the gateway, rerun with ``--merge``.
-
-Safety
-    The source is opened read-only (SQLite ``mode=ro``, a read-only
-    Postgres session, no S3 writes) and is never modified. A target that
-    holds keys is refused unless ``--merge`` (source values then win); a
-    target with another migration's progress record is refused. One audit
-    record is written to the target when the copy verified.
-
-Beyond kv
-    Only ``kv`` is copied. SQLite's memory search tables (``memory_fts``,
-    ``memory_meta``) are an index derived from the ``memory:`` keys: into a
-    SQLite target it is rebuilt from them after a verified copy (the gateway
-    searches it); Postgres and S3 targets index or scan by themselves. Tables of
-    our own (``tfadmin_*``) hold local state (locks, catalogs) and stay.
-"""
+"""One migration run: copy, verify, finish (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -52,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-from triggerfish_cli import audit, cells, namespaces
+from triggerfish_cli import audit, namespaces
 from triggerfish_cli.checksums import (
     Accumulator,
     NamespaceCheck,
@@ -64,177 +22,29 @@ from triggerfish_cli.checksums import (
 )
 from triggerfish_cli.errors import (
     InvalidDataError,
-    RefusedError,
+    TriggerfishError,
     UsageError,
     VerificationError,
 )
-from triggerfish_cli.locations import same_store
-from triggerfish_cli.serialization import dumps, loads, now_iso, parse_iso, utc_now
-from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.migrate.planning import (
+    DEFAULT_BATCH,
+    PROGRESS_KEY,
+    Plan,
+    Prepared,
+    Progress,
+)
+from triggerfish_cli.serialization import now_iso, parse_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider, batched
 from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.threads import Worker, prefetched
 
-PROGRESS_KEY = "tfadmin:migrate"
 #: The test hook of :func:`kill_point`.
 KILL_ENV = "TFADMIN_TEST_KILL_AT"
-DEFAULT_BATCH = 5000
 
 Callback = Callable[[int], None]
 
 
 # -- the migration ---------------------------------------------------------------------
-
-
-@dataclass
-class Progress:
-    """The target's progress record of an unfinished migration."""
-
-    source: str
-    merge: bool
-    started: str
-    last_key: str | None = None
-    copied: int = 0
-    #: Copied and verified: only the finishing steps are left (see :func:`finish`).
-    verified: bool = False
-    #: Whether the copy held memory keys (the SQLite index is rebuilt when finishing).
-    memory_keys: bool = False
-    #: The key the audit record of this migration is (or was) written under.
-    audit: str | None = None
-
-    def dump(self) -> str:
-        document: dict[str, Any] = {
-            "source": self.source,
-            "merge": self.merge,
-            "started": self.started,
-            "updated": now_iso(),
-            "lastKey": _key_json(self.last_key),
-            "copied": self.copied,
-        }
-        if self.verified:
-            document.update(verified=True, memoryKeys=self.memory_keys, audit=self.audit)
-        return dumps(document)
-
-    @classmethod
-    def load(cls, text: str) -> Progress:
-        try:
-            data = loads(text)
-            return cls(
-                str(data["source"]),
-                bool(data["merge"]),
-                str(data["started"]),
-                _key_from_json(data.get("lastKey")),
-                int(data.get("copied", 0)),
-                bool(data.get("verified", False)),
-                bool(data.get("memoryKeys", False)),
-                data.get("audit"),
-            )
-        except (ValueError, KeyError, TypeError):
-            raise InvalidDataError(
-                f"the target's {PROGRESS_KEY} record is not a migration progress record"
-            ) from None
-
-
-def _key_json(key: str | None) -> Any:
-    """The last key copied in JSON: a string, a cell that is not UTF-8 text (cells.py),
-    ``{"null": true}`` for a NULL key (``null``: nothing copied yet)."""
-    if key is None:
-        return None
-    if key == cells.NULL_CELL:
-        return {"null": True}
-    return cells.to_json(key)
-
-
-def _key_from_json(document: Any) -> str | None:
-    if document is None:
-        return None
-    if document == {"null": True}:
-        return cells.NULL_CELL
-    return cells.from_json(document)
-
-
-@dataclass
-class Plan:
-    """What a migration will do, decided before anything is written."""
-
-    source: str
-    target: str
-    source_keys: int
-    #: "missing", "empty", "resumable", "finishing" (copied and verified by a run
-    #: killed before it finished) or "non-empty".
-    target_state: str
-    merge: bool
-    resume: Progress | None = None
-    to_copy: int = 0
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "target": self.target,
-            "source_keys": self.source_keys,
-            "target_state": self.target_state,
-            "merge": self.merge,
-            "resume_after": self.resume.last_key if self.resume else None,
-            "to_copy": self.to_copy,
-        }
-
-
-def plan(
-    source: StorageProvider,
-    target: StorageProvider | None,
-    *,
-    merge: bool,
-    target_config: StorageConfig | None = None,
-) -> Plan:
-    """Check every refusal, and count what is to be copied. Writes nothing."""
-    if target is not None:
-        where = target.describe()
-    else:
-        from triggerfish_cli.locations import describe_config
-
-        where = describe_config(target_config) if target_config else "(the target)"
-    if target is not None and same_store(source, target):
-        raise UsageError(f"--from and --to are the same store ({where})")
-    if source.get(PROGRESS_KEY) is not None:
-        raise RefusedError(
-            f"{source.describe()} holds an unfinished migration into it ({PROGRESS_KEY})",
-            hint="finish that migration first; its copy may be incomplete",
-        )
-    total = source.count()
-    if target is None:
-        return Plan(source.describe(), where, total, "missing", merge, to_copy=total)
-    recorded = target.get(PROGRESS_KEY)
-    if recorded is not None:
-        progress = Progress.load(recorded)
-        if progress.source != source.describe():
-            raise RefusedError(
-                f"{where} holds an unfinished migration from {progress.source}",
-                hint=f"rerun with --from for that store to finish it, or delete {PROGRESS_KEY} "
-                "from the target to start over",
-            )
-        if progress.verified:  # killed while finishing: finish it
-            return Plan(
-                source.describe(), where, total, "finishing", progress.merge, resume=progress
-            )
-        remaining = sum(1 for _ in source.scan_keys(start_after=progress.last_key))
-        return Plan(
-            source.describe(),
-            where,
-            total,
-            "resumable",
-            merge or progress.merge,
-            resume=progress,
-            to_copy=remaining,
-        )
-    occupied = next(iter(target.scan_keys(batch_size=2)), None) is not None
-    if occupied and not merge:
-        raise RefusedError(
-            f"{where} is not empty",
-            hint="pass --merge to copy into it anyway (source values replace target values)",
-        )
-    return Plan(
-        source.describe(), where, total, "non-empty" if occupied else "empty", merge, to_copy=total
-    )
 
 
 @dataclass
@@ -484,13 +294,46 @@ class Migration:
         self._streamed = Accumulator() if self._version is not None and fresh else None
         self._fresh = fresh
         self._target_sums: dict[str, Sums] | None = None
+        self._copied_now = 0
 
     @property
     def finishing(self) -> bool:
         """Copied and verified by a run that was killed before it finished."""
         return self.result.plan.target_state == "finishing"
 
+    @classmethod
+    def of(cls, prepared: Prepared, *, batch_size: int = DEFAULT_BATCH) -> Migration:
+        """The run of a confirmed plan: the target created when missing, and rows merged
+        into a store that may hold memories checked first (no write-down)."""
+        target = prepared.ready()
+        return cls(prepared.source, target, prepared.plan, batch_size=batch_size)
+
+    @property
+    def stopped(self) -> str:
+        """What an interrupted copy did, and how to go on."""
+        return (
+            f"stopped after copying {self._copied_now} key(s) in this run; "
+            "run the same command again to continue where it stopped"
+        )
+
     def copy(self, on_batch: Callback | None = None) -> int:
+        """Copy; a failure's hint says how far this run got and how to go on (not for
+        a row the target cannot hold: it is named, a rerun would stop there again)."""
+        self._copied_now = 0
+
+        def advance(count: int) -> None:
+            self._copied_now += count
+            if on_batch is not None:
+                on_batch(count)
+
+        try:
+            return self._copy(advance)
+        except TriggerfishError as exc:
+            if not isinstance(exc, InvalidDataError):
+                exc.hint = "; ".join(part for part in (exc.hint, self.stopped) if part)
+            raise
+
+    def _copy(self, on_batch: Callback) -> int:
         if self.finishing:
             return 0
         ranges = None
