@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from triggerfish_cli.cli.backup_options import EndpointOpt
+from triggerfish_cli.cli.backup.options import EndpointOpt
 from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.options import FormatOpt, fmt_value
 from triggerfish_cli.cli.output import Column, Output, human_bytes

@@ -5,8 +5,25 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
+import typer
+
+from triggerfish_cli.cli.backup.common import app
+from triggerfish_cli.cli.backup.options import (
+    EndpointOpt,
+    FromOpt,
+    IdentityOpt,
+    ScratchOpt,
+    identities,
+)
+from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.kv import RawTaintOpt
+from triggerfish_cli.cli.options import (
+    FormatOpt,
+    QuietOpt,
+    fmt_value,
+)
 from triggerfish_cli.cli.output import Column, safe
 from triggerfish_cli.errors import UsageError
 
@@ -43,7 +60,7 @@ def _rows(
     """One side and its rows in key order; what they need stays open in ``stack``."""
     from triggerfish_cli.backup.dest import temp_dir
     from triggerfish_cli.backup.diff import Side, archive_rows, backup_side
-    from triggerfish_cli.cli.backup_options import pick, this_store
+    from triggerfish_cli.cli.backup.options import pick, this_store
     from triggerfish_cli.errors import InvalidDataError
     from triggerfish_cli.storage.identity import read_id
 
@@ -126,3 +143,77 @@ def show_diff(out: Output, found: Diff) -> None:
         listed = sorted((key, kind) for kind, keys in found.keys.items() for key in keys)
         for key, kind in listed:
             out.line(f"{MARKS[kind]} {safe(key)}", wrap=False)
+
+
+@app.command("diff")
+def diff_cmd(
+    ctx: typer.Context,
+    a: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[A]",
+            help="From: a backup file, the name of one in --from, or `current` (the live "
+            "store). With --latest this is B.",
+            show_default=False,
+        ),
+    ] = None,
+    b: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="[B]",
+            help="To: a backup as A, or `current`: the live store (default).",
+            show_default=False,
+        ),
+    ] = None,
+    latest: Annotated[
+        bool, typer.Option("--latest", help="A is the newest backup of this store in --from.")
+    ] = False,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    keys: Annotated[
+        bool,
+        typer.Option(
+            "--keys",
+            help="List the keys too: + added, - removed, M changed (control characters "
+            "escaped). Naming memory keys above PUBLIC writes an audit record, as kv list.",
+        ),
+    ] = False,
+    taint: RawTaintOpt = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Exit 1 when they differ, 0 when identical (as git diff --exit-code); "
+            "with -q print nothing",
+        ),
+    ] = False,
+    scratch: ScratchOpt = None,
+    identity: IdentityOpt = None,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Keys added, removed and changed per namespace between two backups, or a backup
+    and the live store (as restic diff); values are compared, never shown.
+
+    Logical and physical backups alike; each backup is verified first (exit 5
+    when damaged). Exit 0 whether or not they differ, unless --exit-code.
+    --format json gives {"from", "to", "identical", "namespaces": {NS: {"added",
+    "removed", "changed"}}, "totals"} and with --keys "keys": {"added": [...], ...}.
+    With --taint, memory rows above it are left out (neither counted nor named).
+    An encrypted backup needs --identity.
+    """
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    differ = run_diff(
+        st,
+        out,
+        (a, b, latest),
+        (source, endpoint_url),
+        keys=keys,
+        taint=taint,
+        exit_code=exit_code,
+        scratch=scratch,
+        identities=identities(identity),
+    )
+    if exit_code and differ:
+        raise typer.Exit(1)

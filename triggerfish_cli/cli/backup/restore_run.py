@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from triggerfish_cli.cli.backup_output import show_restore
+from triggerfish_cli.cli.backup.output import show_restore
 from triggerfish_cli.errors import TriggerfishError
 
 if TYPE_CHECKING:
@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def target_store(st: AppState, target: Path | None) -> StoreRef:
     """The store a restore would replace, as backups name it."""
     from triggerfish_cli.backup import restore
-    from triggerfish_cli.cli.backup_options import this_store
+    from triggerfish_cli.cli.backup.options import this_store
 
     return this_store(st) if target is None else restore.target_store(target)
 

@@ -1,0 +1,52 @@
+"""`backup keygen`: make an age identity for encrypted backups."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from triggerfish_cli.cli.backup.common import app
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.options import (
+    FormatOpt,
+    QuietOpt,
+    fmt_value,
+)
+
+
+@app.command("keygen")
+def keygen_cmd(
+    ctx: typer.Context,
+    output: Annotated[
+        Path,
+        typer.Option(
+            "--output",
+            "-o",
+            metavar="FILE",
+            help="Where to write the new identity (created 0600; an existing file is "
+            "never overwritten).",
+            show_default=False,
+        ),
+    ],
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Make an age identity for encrypted backups; print its public key.
+
+    The identity (the private key) goes to FILE, mode 0600, in age-keygen's
+    format; keep it off the backup host. The public key printed is what
+    --recipient and backup: recipients take: backing up needs only it.
+    """
+    from triggerfish_cli.backup.crypt import keygen
+    from triggerfish_cli.serialization import now_iso
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    public = keygen(output.expanduser(), created=now_iso())
+    if out.fmt != "table":
+        out.record({"identity_file": str(output), "public_key": public})
+        return
+    out.line(public)
+    out.info(f"identity written to {output} (0600): keep it off the backup host")

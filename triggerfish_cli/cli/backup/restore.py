@@ -1,0 +1,185 @@
+"""`backup restore`: the command and its options (restore_run.py runs it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from triggerfish_cli.cli.backup.common import app
+from triggerfish_cli.cli.backup.options import (
+    ArchiveArg,
+    EndpointOpt,
+    FromOpt,
+    IdentityOpt,
+    LatestOpt,
+    identities,
+    pick,
+)
+from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.options import (
+    DryRunOpt,
+    FormatOpt,
+    QuietOpt,
+    YesOpt,
+    fmt_value,
+)
+from triggerfish_cli.errors import UsageError
+
+
+def _sqlite_target(st: AppState, to: str | None) -> Path | None:
+    """The SQLite file a restore replaces (symlinks resolved), None when the store is not SQLite.
+
+    ``--to`` takes a SQLite path in migrate's form (a ``/`` in it or a
+    ``.db``/``.sqlite``/``.sqlite3`` name); a bare word is refused, and so is a
+    Postgres or S3 location (restore into those through --config/--backend).
+    """
+    import os
+
+    if to is None:
+        config = st.storage_config()
+        if config.backend != "sqlite" or config.path is None:
+            return None
+        path = config.path
+    else:
+        from triggerfish_cli.locations import parse_location
+
+        config = parse_location(to, "to")
+        if config.backend != "sqlite" or config.path is None:
+            raise UsageError(
+                f"--to {to}: backup restore --to takes a SQLite file",
+                hint="restore into a Postgres or S3 store through the store of the command "
+                "(--config, or --backend and its settings)",
+            )
+        path = config.path
+    return Path(os.path.realpath(path.expanduser()))
+
+
+@app.command("restore")
+def restore_cmd(
+    ctx: typer.Context,
+    file: ArchiveArg = None,
+    latest: LatestOpt = False,
+    source: FromOpt = None,
+    endpoint_url: EndpointOpt = None,
+    to: Annotated[
+        str | None,
+        typer.Option(
+            "--to",
+            metavar="PATH",
+            help="The SQLite file to restore into, a path with a / in it or a .db/.sqlite "
+            "name (default: the store of --db/--config); a bare word is refused.",
+            show_default=False,
+        ),
+    ] = None,
+    undo: Annotated[
+        bool,
+        typer.Option("--undo", help="Put back the store the newest restore replaced."),
+    ] = False,
+    replace: Annotated[
+        bool,
+        typer.Option(
+            "--replace",
+            help="Logical restore into a non-empty store: it becomes exactly the backup.",
+        ),
+    ] = False,
+    merge: Annotated[
+        bool,
+        typer.Option("--merge", help="Logical restore into a non-empty store: backup values win."),
+    ] = False,
+    logical: Annotated[
+        bool,
+        typer.Option(
+            "--logical",
+            help="Load key by key even a physical backup into a SQLite store "
+            "(as --replace/--merge do), instead of swapping the file in.",
+        ),
+    ] = False,
+    include: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--include",
+            metavar="PREFIX",
+            help="Restore only the keys under PREFIX (a key prefix, or a namespace name "
+            "such as cron); repeatable. Loads key by key (as --logical); nothing else "
+            "in the store changes.",
+            show_default=False,
+        ),
+    ] = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Restore even while another process has the store open."),
+    ] = False,
+    other_store: Annotated[
+        bool,
+        typer.Option(
+            "--other-store",
+            help="Restore FILE even though it is a backup of another store (by default "
+            "refused, exit 4, unless the target is empty).",
+        ),
+    ] = False,
+    identity: IdentityOpt = None,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Verify a backup, restore it into a scratch file, check it, swap it in atomically.
+
+    --latest is the newest backup of the target store; a backup of another
+    store is refused (exit 4) over a store that holds keys, unless
+    --other-store. The backup used is named, in the dry run too. The
+    replaced store is kept as <db>.pre-restore-<time>; --undo puts it
+    back. Refused (exit 6) while another process has the store open, unless
+    --force. A logical backup (or a non-SQLite store) loads key by key:
+    into an empty store, or with --replace (all or nothing) or --merge.
+    A failed restore leaves the store as it was. An encrypted backup needs
+    --identity (exit 2 without; exit 4 when it opens none of its recipients).
+
+    --include PREFIX (repeatable) restores only the keys under those prefixes,
+    key by key: a store holding none of them takes them as they are; else
+    --merge writes the backup's over them, --replace makes them exactly the
+    backup's (the store's keys under the prefixes are deleted first, in the
+    same transaction). Keys under no included prefix are never touched. The
+    dry run counts, per namespace, what would be written and deleted.
+    """
+    from triggerfish_cli.backup.include import normalize
+    from triggerfish_cli.backup.restore import RestoreOptions
+    from triggerfish_cli.cli.backup.restore_run import run_restore, run_undo, target_store
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    prefixes = normalize(include) if include else ()
+    if undo:
+        if file or latest or replace or merge or logical or prefixes:
+            raise UsageError(
+                "--undo takes no FILE, --latest, --replace, --merge, --logical or --include"
+            )
+        target = _sqlite_target(st, to)
+        if target is None:
+            raise UsageError("--undo applies to a SQLite store (give --db or --to)")
+        run_undo(out, target, force=force, yes=yes, dry_run=dry_run)
+        return
+    target = _sqlite_target(st, to)
+    store = target_store(st, target)
+    dest, name = pick(file, latest, source, endpoint_url, store)
+    run_restore(
+        st,
+        out,
+        dest,
+        name,
+        target,
+        store=store,
+        options=RestoreOptions(
+            replace=replace,
+            merge=merge,
+            force=force,
+            other_store=other_store,
+            logical=logical or bool(prefixes),
+            include=prefixes,
+            identities=identities(identity),
+        ),
+        yes=yes,
+        dry_run=dry_run,
+    )
