@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import CliFn
+from tests.helpers import launch
 from tests.helpers import writer as writer_process
 from tests.helpers.gateway import GATEWAY_ROWS
 from triggerfish_cli.backup.archive import is_archive_name
@@ -44,6 +45,17 @@ def _rows(db: Path) -> dict[str, str]:
 
 def _cli(db: Path, *args: str, env: dict[str, str] | None = None) -> list[str]:
     return [sys.executable, "-m", "triggerfish_cli", "--db", str(db), "backup", *args]
+
+
+#: Pause (seconds) with the archive half written: its trailer, the manifest, not yet.
+BACKUP_PAUSE = ("--pause", "triggerfish_cli.backup.create:_trailer=30")
+#: Pause with the restored scratch checked, before it is swapped in.
+RESTORE_PAUSE = ("--pause", "triggerfish_cli.backup.physical:_swap_in=30")
+
+
+def _paused(db: Path, pause: tuple[str, str], *args: str) -> list[str]:
+    """The CLI run through the launcher (tests/helpers/launch.py) with ``pause``."""
+    return [*launch.command(*pause), "--db", str(db), "backup", *args]
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -136,8 +148,8 @@ def test_kill_9_during_create_leaves_no_archive_under_a_final_name(
     store = base_dir / "backups" / "store"
     _kill_when(
         (store, ".triggerfish-*.tmp"),
-        _cli(gateway_db, "create", "-c", compression),
-        _env(TFADMIN_TEST_BACKUP_PAUSE="30"),
+        _paused(gateway_db, BACKUP_PAUSE, "create", "-c", compression),
+        _env(),
     )
     assert not [p for p in store.iterdir() if is_archive_name(p.name)]
     run = cli("backup", "list", "--format", "json")
@@ -161,8 +173,8 @@ def test_kill_9_during_restore_leaves_the_store_intact(
     rows = _rows(gateway_db)
     _kill_when(
         (gateway_db.parent, ".triggerfish.db.restore-*.tmp"),
-        _cli(gateway_db, "restore", str(archive), "--yes"),
-        _env(TFADMIN_TEST_RESTORE_PAUSE="30"),
+        _paused(gateway_db, RESTORE_PAUSE, "restore", str(archive), "--yes"),
+        _env(),
     )
     assert hashlib.sha256(gateway_db.read_bytes()).hexdigest() == before
     assert _rows(gateway_db) == rows
@@ -192,8 +204,8 @@ def test_kill_9_of_a_restore_leaves_no_scratch_wal_or_shm_after_the_next_run(
     assert isinstance(document, dict)
     archive = Path(document["destination"]) / document["name"]
     process = subprocess.Popen(
-        _script(gateway_db, "restore", str(archive), "--yes"),
-        env=_env(TFADMIN_TEST_RESTORE_PAUSE="30"),
+        _paused(gateway_db, RESTORE_PAUSE, "restore", str(archive), "--yes"),
+        env=_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -230,8 +242,8 @@ def test_kill_9_of_a_logical_backup_leaves_nothing_after_the_next_run(
     store = base_dir / "backups" / "store"
     _kill_when(
         (store, ".triggerfish-*.tmp"),
-        _script(gateway_db, "create", "--logical"),
-        _env(TFADMIN_TEST_BACKUP_PAUSE="30"),
+        _paused(gateway_db, BACKUP_PAUSE, "create", "--logical"),
+        _env(),
     )
     assert [p.name for p in store.iterdir() if p.name.startswith(".")]  # it was left
     assert not [p for p in store.iterdir() if is_archive_name(p.name)]

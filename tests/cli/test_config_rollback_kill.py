@@ -5,8 +5,9 @@ version left the file at v1 with no version or audit record, and the rerun
 said "already is v1". Now the rollback's journal (``tfadmin:config-rollback``)
 is written before the file, and the next config command finishes it: it
 records the version when the file holds the rollback's text, drops the
-journal when the write never happened. SIGKILL goes to the installed console
-script at the test hook ``TFADMIN_TEST_KILL_AT``.
+journal when the write never happened. SIGKILL goes to the CLI run through
+tests/helpers/launch.py, just before the step named; the other runs are the
+installed console script.
 """
 
 from __future__ import annotations
@@ -23,7 +24,17 @@ from typing import Any
 import pytest
 
 from tests.conftest import CliFn
-from triggerfish_cli.config.rollback import KILL_ENV, PENDING_KEY
+from tests.helpers import launch
+from triggerfish_cli.config.rollback import PENDING_KEY
+
+ROLLBACK = "triggerfish_cli.config.rollback"
+#: Where to kill: the journal written, not the file; the file written, not recorded;
+#: recorded, the journal not yet dropped.
+POINTS = {
+    "rollback:pending": f"{ROLLBACK}:_write_file",
+    "rollback:written": f"{ROLLBACK}:_record",
+    "rollback:recorded": f"{ROLLBACK}:_drop_journal",
+}
 
 V1 = "gateway:\n  port: 18789\nlogging:\n  level: info\n"
 V2 = "gateway:\n  port: 18790\nlogging:\n  level: debug\n"
@@ -44,11 +55,13 @@ def setup(base_dir: Path) -> tuple[Path, Path]:
     return db, config
 
 
-def script(db: Path, config: Path, *args: str, env: dict[str, str] | None = None) -> Any:
+def script(db: Path, config: Path, *args: str, kill_at: str | None = None) -> Any:
+    """The installed console script; with ``kill_at``, the CLI killed at that point."""
     path = Path(sys.executable).with_name("triggerfish-admin")
+    command = launch.command("--kill-before", POINTS[kill_at]) if kill_at else [str(path)]
     return subprocess.run(
-        [str(path), "--db", str(db), "--config", str(config), "config", *args],
-        env={**os.environ, **(env or {})},
+        [*command, "--db", str(db), "--config", str(config), "config", *args],
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=120,
@@ -78,7 +91,7 @@ def test_a_killed_rollback_is_finished_by_the_next_config_command(
     setup: tuple[Path, Path], point: str
 ) -> None:
     db, config = setup
-    killed = script(db, config, "rollback", "1", "--yes", env={KILL_ENV: point})
+    killed = script(db, config, "rollback", "1", "--yes", kill_at=point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert PENDING_KEY in kv(db)  # the journal was written before the file
     assert config.read_text() == (V2 if point == "rollback:pending" else V1)
@@ -101,7 +114,7 @@ def test_any_config_command_finishes_it_and_a_dry_run_only_says_so(
     setup: tuple[Path, Path],
 ) -> None:
     db, config = setup
-    killed = script(db, config, "rollback", "1", "--yes", env={KILL_ENV: "rollback:written"})
+    killed = script(db, config, "rollback", "1", "--yes", kill_at="rollback:written")
     assert killed.returncode == -signal.SIGKILL
     dry = script(db, config, "snapshot", "--dry-run")
     assert dry.returncode == 0, dry.stderr

@@ -6,8 +6,9 @@ which the rerun refused as "not empty". Now: verified is recorded, the index
 rebuilt, the audit record written under the key recorded first, and the
 progress record dropped last; a rerun on a target whose copy was verified
 only finishes (no copy, no verification), and never writes a second audit
-record. The kills go to the installed console script, at the test hook
-``TFADMIN_TEST_KILL_AT``.
+record. The kills go to the CLI run through tests/helpers/launch.py, which
+SIGKILLs it just before (or after) the finishing step named; the reruns are the
+installed console script.
 """
 
 from __future__ import annotations
@@ -22,18 +23,28 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import launch
 from tests.helpers.gateway import write_gateway_store
 from triggerfish_cli.migrate.planning import PROGRESS_KEY
-from triggerfish_cli.migrate.run import KILL_ENV
 
-POINTS = ("migrate:verified", "migrate:indexed", "migrate:audited", "migrate:done")
+RUN = "triggerfish_cli.migrate.run"
+#: Where to kill: verified recorded; the index rebuilt; the audit record written;
+#: the progress record dropped (the steps of migrate.run.finish).
+POINTS = {
+    "migrate:verified": ("--kill-before", f"{RUN}:_index"),
+    "migrate:indexed": ("--kill-before", f"{RUN}:_audit"),
+    "migrate:audited": ("--kill-before", f"{RUN}:_drop_progress"),
+    "migrate:done": ("--kill-after", f"{RUN}:_drop_progress"),
+}
 
 
-def script(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def script(*args: str, kill_at: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The installed console script; with ``kill_at``, the CLI killed at that point."""
     path = Path(sys.executable).with_name("triggerfish-admin")
+    command = launch.command(*POINTS[kill_at]) if kill_at else [str(path)]
     return subprocess.run(
-        [str(path), *args],
-        env={**os.environ, **(env or {})},
+        [*command, *args],
+        env=dict(os.environ),
         capture_output=True,
         text=True,
         timeout=120,
@@ -81,7 +92,7 @@ def test_a_migrate_killed_while_finishing_is_finished_by_the_rerun(
     source, clean = reference
     target = tmp_path / "target.db"
     killed = script(
-        "migrate", "--from", str(source), "--to", str(target), "-f", "json", env={KILL_ENV: point}
+        "migrate", "--from", str(source), "--to", str(target), "-f", "json", kill_at=point
     )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     rerun = script("migrate", "--from", str(source), "--to", str(target), "-f", "json")
@@ -106,8 +117,9 @@ def test_a_rerun_after_a_kill_while_finishing_says_it_finishes(
 ) -> None:
     source, _ = reference
     target = tmp_path / "target.db"
-    at = {KILL_ENV: POINTS[1]}
-    killed = script("migrate", "--from", str(source), "--to", str(target), env=at)
+    killed = script(
+        "migrate", "--from", str(source), "--to", str(target), kill_at="migrate:indexed"
+    )
     assert killed.returncode == -signal.SIGKILL
     planned = script("migrate", "--from", str(source), "--to", str(target), "--dry-run")
     assert planned.returncode == 0, planned.stderr

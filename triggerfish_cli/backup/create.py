@@ -17,7 +17,6 @@ same way.
 from __future__ import annotations
 
 import contextlib
-import os
 import sqlite3
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -53,9 +52,6 @@ from triggerfish_cli.storage.sqlite import (
     range_clause,
 )
 from triggerfish_cli.threads import cpu_workers
-
-#: A test hook: seconds to sleep with the archive half written (kill -9 tests).
-PAUSE_ENV = "TFADMIN_TEST_BACKUP_PAUSE"
 
 
 @dataclass
@@ -451,11 +447,8 @@ class _Payload:
 
 
 def _trailer(handle: Any, manifest: Manifest, payload: _Payload) -> None:
-    pause = os.environ.get(PAUSE_ENV)
-    if pause:
-        import time
-
-        time.sleep(float(pause))
+    """The manifest trailer, last: an archive without it is no backup (the kill -9
+    tests pause here, with the archive half written)."""
     handle.write(payload.trailer(manifest))
 
 

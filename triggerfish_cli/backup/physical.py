@@ -38,7 +38,6 @@ from triggerfish_cli.fileio import fsync_dir
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 
-PAUSE_ENV = "TFADMIN_TEST_RESTORE_PAUSE"
 PRE_RESTORE = ".pre-restore-"
 SHM_DMS_BYTE = 128  # SQLite's "dead man switch" lock byte in the -shm file
 
@@ -181,11 +180,6 @@ def restore_physical(
         set_identity(scratch, store_id)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(str(scratch) + suffix).unlink(missing_ok=True)
-        pause = os.environ.get(PAUSE_ENV)
-        if pause:
-            import time
-
-            time.sleep(float(pause))
         kept = _swap_in(scratch, target, force=force)
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):

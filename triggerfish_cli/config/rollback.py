@@ -18,8 +18,6 @@ rewritten. A failed write leaves the old file exactly as it was.
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -320,7 +318,6 @@ def apply_rollback(
 ) -> dict[str, Any]:
     """Carry out a plan (see the module docstring); the result as a JSON-able object."""
     from triggerfish_cli.config.versions import check_reason
-    from triggerfish_cli.fileio import atomic_writer
 
     check_reason(reason)
     result = plan.as_dict()
@@ -367,19 +364,14 @@ def apply_rollback(
             now_iso(),
         )
         provider.set(PENDING_KEY, pending.dump())
-        kill_point("rollback:pending")
         try:
-            # A symlinked config (kept in git elsewhere) stays a link: write its target.
-            destination = path.resolve() if path.is_symlink() else path
-            with atomic_writer(destination, mode=mode, binary=True) as handle:
-                handle.write(plan.new_text.encode("utf-8"))
+            _write_file(path, plan.new_text, mode)
         except TriggerfishError as exc:
             with contextlib.suppress(TriggerfishError):
                 provider.delete(PENDING_KEY)  # nothing to finish: nothing was written
             # the same kind (disk full: exit 9, cannot write)
             raise type(exc)(f"rollback not written: {exc.message}; {path} is unchanged") from None
         result["written"] = True
-        kill_point("rollback:written")
         try:
             version, evicted = _record(provider, pending)
         except TriggerfishError as exc:
@@ -398,14 +390,16 @@ def apply_rollback(
 #: The journal of a rollback under way: written before the file, removed once the
 #: rollback is recorded as a version (our own key namespace, never the gateway's).
 PENDING_KEY = "tfadmin:config-rollback"
-#: The test hook of :func:`kill_point`.
-KILL_ENV = "TFADMIN_TEST_KILL_AT"
 
 
-def kill_point(name: str) -> None:
-    """A test hook: ``TFADMIN_TEST_KILL_AT=<name>`` kills this process there (SIGKILL)."""
-    if os.environ.get(KILL_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+def _write_file(path: Path, text: str, mode: int) -> None:
+    """The new text, atomically (the kill tests stop the rollback just before this)."""
+    from triggerfish_cli.fileio import atomic_writer
+
+    # A symlinked config (kept in git elsewhere) stays a link: write its target.
+    destination = path.resolve() if path.is_symlink() else path
+    with atomic_writer(destination, mode=mode, binary=True) as handle:
+        handle.write(text.encode("utf-8"))
 
 
 @dataclass
@@ -458,9 +452,13 @@ def _record(provider: StorageProvider, pending: Pending) -> tuple[Version, list[
             target=pending.path,
             audit_details={"backupCopy": pending.backup_copy} if pending.backup_copy else None,
         )
-    kill_point("rollback:recorded")
-    provider.delete(PENDING_KEY)
+    _drop_journal(provider)
     return version, evicted
+
+
+def _drop_journal(provider: StorageProvider) -> None:
+    """The rollback is recorded: its journal goes (the kill tests stop just before)."""
+    provider.delete(PENDING_KEY)
 
 
 def finish_pending(provider: StorageProvider) -> str | None:

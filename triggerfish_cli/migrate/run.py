@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -37,9 +35,6 @@ from triggerfish_cli.serialization import now_iso, parse_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider, batched
 from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.threads import Worker, prefetched
-
-#: The test hook of :func:`kill_point`.
-KILL_ENV = "TFADMIN_TEST_KILL_AT"
 
 Callback = Callable[[int], None]
 
@@ -220,12 +215,23 @@ def finish(source: StorageProvider, target: StorageProvider, result: Result) -> 
         progress.audit = _free_audit_key(target)
         target.set(PROGRESS_KEY, progress.dump())
     result.memory_keys = progress.memory_keys
-    kill_point("migrate:verified")
+    _index(target, progress, result)
+    _audit(source, target, result, progress)
+    _drop_progress(target)
+
+
+def _index(target: StorageProvider, progress: Progress, result: Result) -> None:
+    """Step 2 of :func:`finish` (each step a function: the kill tests stop between them)."""
     if progress.memory_keys and target.backend == "sqlite":
         from triggerfish_cli.memory.indexes import bring_in_line
 
         result.index_note = bring_in_line(target)
-    kill_point("migrate:indexed")
+
+
+def _audit(
+    source: StorageProvider, target: StorageProvider, result: Result, progress: Progress
+) -> None:
+    """Step 3 of :func:`finish`."""
     assert progress.audit is not None
     if target.get(progress.audit) is None:
         counts = {
@@ -247,9 +253,11 @@ def finish(source: StorageProvider, target: StorageProvider, result: Result) -> 
         )
     else:
         result.audit_key = progress.audit
-    kill_point("migrate:audited")
+
+
+def _drop_progress(target: StorageProvider) -> None:
+    """Step 4 of :func:`finish`."""
     target.delete(PROGRESS_KEY)
-    kill_point("migrate:done")
 
 
 def _free_audit_key(target: StorageProvider) -> str:
@@ -259,13 +267,6 @@ def _free_audit_key(target: StorageProvider) -> str:
         moment += timedelta(milliseconds=1)
         key = audit.audit_key(moment, "migrate")
     return key
-
-
-def kill_point(name: str) -> None:
-    """A test hook: ``TFADMIN_TEST_KILL_AT=<name>`` kills this process there (SIGKILL),
-    as a power cut or ``kill -9`` would, to show that a rerun finishes the job."""
-    if os.environ.get(KILL_ENV) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Migration:
