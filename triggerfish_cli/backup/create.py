@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from triggerfish_cli import cells, namespaces
 from triggerfish_cli.backup.archive import (
@@ -46,12 +46,11 @@ from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
-from triggerfish_cli.storage.sqlite import (
-    SqliteStorage,
-    gap_clause,
-    range_clause,
-)
+from triggerfish_cli.storage.sqlite import gap_clause, range_clause
 from triggerfish_cli.threads import cpu_workers
+
+if TYPE_CHECKING:
+    from triggerfish_cli.storage.sqlite import SqliteStorage
 
 
 @dataclass
@@ -193,7 +192,7 @@ class Created:
 def choose_kind(provider: StorageProvider, logical: bool) -> str:
     if logical:
         return "logical"
-    return "physical" if isinstance(provider, SqliteStorage) else "logical"
+    return "physical" if provider.database_file() is not None else "logical"
 
 
 def create_backup(
@@ -273,8 +272,9 @@ def create_backup(
     )
     options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":
-        assert isinstance(provider, SqliteStorage)
-        progress.phase("snapshot", _store_bytes(provider.path), unit="bytes")
+        path = provider.database_file()
+        assert path is not None
+        progress.phase("snapshot", _store_bytes(path), unit="bytes")
         watched = progress
 
         def through(
@@ -297,7 +297,9 @@ def create_backup(
                     manifest.content_bytes, manifest.frames = done.read, done.frames
                     return sink
 
-                sink = _physical(provider, scratch / "snapshot.db", manifest, through(compress))
+                # database_file(): a SQLite store, snapshotted by SQLite's backup API
+                store = cast("SqliteStorage", provider)
+                sink = _physical(store, scratch / "snapshot.db", manifest, through(compress))
             _finish_payload(sink, manifest)
             with staged.open("ab") as tail:
                 _trailer(tail, manifest, payload)

@@ -275,26 +275,16 @@ def _load(
     """Load ``rows``; ``replace`` first deletes every key (``include``: those under
     the prefixes only)."""
     from triggerfish_cli.backup.include import target_keys
-    from triggerfish_cli.storage.sqlite import SqliteStorage, execute_rows, range_clause
 
     def advance(count: int) -> None:
         if on_progress is not None:
             on_progress(count)
 
-    if isinstance(provider, SqliteStorage) and provider.atomic_loads():
-        written = deleted = 0
-        with provider.transaction("restore") as conn:  # all or nothing
-            if mode == "replace" and include:
-                for prefix in include:
-                    where, params = range_clause(prefix)
-                    deleted += conn.execute(f"DELETE FROM kv WHERE {where}", params).rowcount
-            elif mode == "replace":
-                deleted = conn.execute("DELETE FROM kv").rowcount
-            for batch in batched(rows, 5000):
-                execute_rows(conn, "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", batch)
-                written += len(batch)
-                advance(len(batch))
-        return written, deleted
+    at_once = provider.load_at_once(
+        rows, replace=mode == "replace", only=include or None, on_batch=advance
+    )
+    if at_once is not None:
+        return at_once
     if provider.backend == "postgres" and mode != "merge":
         pg: Any = provider
         with pg.connection.transaction():  # the provider's own transactions nest as savepoints

@@ -33,7 +33,6 @@ from triggerfish_cli.migrate.planning import (
 )
 from triggerfish_cli.serialization import now_iso, parse_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider, batched
-from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.threads import Worker, prefetched
 
 Callback = Callable[[int], None]
@@ -128,15 +127,6 @@ def _summed(
         if sums is not None:
             sums.add(batch)
         yield batch
-
-
-def data_version(source: StorageProvider) -> int | None:
-    """SQLite's count of commits by other connections (None: no such thing here)."""
-    if isinstance(source, SqliteStorage):
-        with source.errors("data_version"):
-            row = source.connection.execute("PRAGMA data_version").fetchone()
-        return int(row[0])
-    return None
 
 
 # -- verification -------------------------------------------------------------------------
@@ -290,7 +280,7 @@ class Migration:
         self.source, self.target, self.batch_size = source, target, batch_size
         self.result = Result(the_plan)
         self._started = time.perf_counter()
-        self._version = data_version(source)
+        self._version = source.data_version()
         fresh = the_plan.resume is None and not the_plan.merge
         self._streamed = Accumulator() if self._version is not None and fresh else None
         self._fresh = fresh
@@ -366,7 +356,7 @@ class Migration:
         return self.result.plan.source_keys
 
     def _source_sums(self) -> dict[str, Sums] | None:
-        if self._streamed is None or data_version(self.source) != self._version:
+        if self._streamed is None or self.source.data_version() != self._version:
             return None  # not taken, or written during the copy: read it again
         return self._streamed.sums
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from triggerfish_cli.storage.write_gate import WriteGate
 
 _T = TypeVar("_T")
@@ -278,6 +280,30 @@ class StorageProvider(Protocol):
 
     def close(self) -> None: ...
 
+    def database_file(self) -> Path | None:
+        """The one file the store lives in, which a physical backup snapshots and a
+        physical restore replaces (SQLite); None where there is no such file."""
+        ...
+
+    def data_version(self) -> int | None:
+        """A number that changes whenever another connection commits (SQLite's
+        ``data_version``); None where the backend has no such thing."""
+        ...
+
+    def load_at_once(
+        self,
+        rows: Iterable[tuple[str, str]],
+        *,
+        replace: bool,
+        only: Sequence[str] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> tuple[int, int] | None:
+        """A restore's load in one transaction, all or nothing: with ``replace`` every
+        key (``only``: those under these prefixes) is deleted first, then ``rows``
+        are written. ``(written, deleted)``; None, with ``rows`` untouched, where it
+        cannot be done so (the caller loads in batches)."""
+        ...
+
 
 class BaseStorage(ABC):
     """Generic implementations of the admin operations on top of the five.
@@ -493,6 +519,22 @@ class BaseStorage(ABC):
             group = first_segment(key, sep)
             groups[group] = groups.get(group, PrefixStats()) + PrefixStats(1, value_size(value))
         return groups
+
+    def database_file(self) -> Path | None:
+        return None
+
+    def data_version(self) -> int | None:
+        return None
+
+    def load_at_once(
+        self,
+        rows: Iterable[tuple[str, str]],
+        *,
+        replace: bool,
+        only: Sequence[str] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> tuple[int, int] | None:
+        return None
 
 
 def uncovered_ranges(prefixes: Sequence[str]) -> list[tuple[str | None, str | None]]:

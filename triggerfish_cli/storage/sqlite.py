@@ -910,6 +910,40 @@ class SqliteStorage(BaseStorage):
                 )
         return groups
 
+    def database_file(self) -> Path | None:
+        return self.path
+
+    def data_version(self) -> int | None:
+        with self.errors("data_version"):
+            row = self.connection.execute("PRAGMA data_version").fetchone()
+        return int(row[0])
+
+    def load_at_once(
+        self,
+        rows: Iterable[tuple[str, str]],
+        *,
+        replace: bool,
+        only: Sequence[str] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> tuple[int, int] | None:
+        """One transaction, unless live writers must be paused for it (atomic_loads)."""
+        if not self.atomic_loads():
+            return None
+        written = deleted = 0
+        with self.transaction("restore") as conn:  # all or nothing
+            if replace and only:
+                for prefix in only:
+                    where, params = range_clause(prefix)
+                    deleted += conn.execute(f"DELETE FROM kv WHERE {where}", params).rowcount
+            elif replace:
+                deleted = conn.execute("DELETE FROM kv").rowcount
+            for batch in batched(rows, 5000):
+                execute_rows(conn, "INSERT OR REPLACE INTO kv (key, value) VALUES (?, ?)", batch)
+                written += len(batch)
+                if on_batch is not None:
+                    on_batch(len(batch))
+        return written, deleted
+
 
 class _Again(Exception):
     """A query to run again (with the lenient decoder)."""
