@@ -30,7 +30,7 @@ from triggerfish_cli.cli.backup_options import (
 )
 from triggerfish_cli.cli.backup_output import show_entries, show_plan, show_verified
 from triggerfish_cli.cli.context import AppState, state
-from triggerfish_cli.cli.kv import RawTaintOpt
+from triggerfish_cli.cli.kv.common import RawTaintOpt
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     DryRunOpt,
