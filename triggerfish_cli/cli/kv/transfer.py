@@ -25,7 +25,8 @@ def export_cmd(
         typer.Option(
             "--output",
             "-o",
-            help="Write to this file (atomically) instead of stdout.",
+            help="Write to this file (atomically) instead of stdout; a name ending in "
+            ".json or .csv picks that format when --format is not given.",
             show_default=False,
             dir_okay=False,
         ),
@@ -36,7 +37,7 @@ def export_cmd(
     """Every key and value as JSON Lines: {"key": ..., "value": ...}, value exactly as stored.
 
     --format json gives one JSON list of the same objects, csv a key,value table
-    (table, the default, means JSON Lines here).
+    (table, the default, means JSON Lines here). `kv import` reads all three back.
     """
     from triggerfish_cli import kv
     from triggerfish_cli.cli.output import Column, Output
@@ -44,6 +45,8 @@ def export_cmd(
 
     st = state(ctx)
     chosen = fmt_value(fmt) or st.fmt
+    if fmt is None and chosen == "table" and output is not None:
+        chosen = SUFFIX_FORMATS.get(output.suffix.lower(), chosen)
     provider = st.provider()
     reads = raw_reads(taint)
 
@@ -76,6 +79,8 @@ def export_cmd(
 
 #: An export holds store data: owner only, like the store and its backups.
 EXPORT_MODE = 0o600
+#: The format an --output file's name asks for, when no --format is given.
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
 
 
 @app.command("import")
@@ -84,27 +89,36 @@ def import_cmd(
     source: Annotated[
         str,
         typer.Argument(
-            help="A JSON Lines file from `kv export`, or - for stdin.", metavar="FILE|-"
+            help="A file from `kv export` (JSON Lines, a JSON list, or CSV/TSV with a "
+            "key,value header: told apart by their first line), or - for stdin.",
+            metavar="FILE|-",
         ),
     ],
     dry_run: DryRunOpt = False,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Import JSON Lines, all or nothing: a bad line imports nothing and is named."""
+    """Import an export, all or nothing: a bad line or row imports nothing and is named.
+
+    Values that are not UTF-8 text come back only from JSON Lines or JSON
+    ({"$bytes": <base64>, "type": ...}); a CSV cell is always text.
+    """
     from triggerfish_cli import kv
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     if source == "-":
-        items = kv.parse_import(sys.stdin, "stdin")
+        try:
+            _, items = kv.read_import(sys.stdin.buffer, "stdin")
+        except UnicodeDecodeError:
+            raise InvalidDataError("stdin: not UTF-8 text") from None
     else:
         path = Path(source)
         if path.is_dir():
-            raise UsageError(f"{source}: is a directory, not a JSON Lines file")
+            raise UsageError(f"{source}: is a directory, not a file from `kv export`")
         try:
-            with path.open(encoding="utf-8") as handle:
-                items = kv.parse_import(handle, source)
+            with path.open("rb") as handle:
+                _, items = kv.read_import(handle, source)
         except FileNotFoundError:
             from triggerfish_cli.errors import NotFoundError
 
