@@ -457,7 +457,17 @@ IMPORT_FORMATS = ("jsonl", "json", "csv", "tsv")
 def read_import(stream: BinaryIO, origin: str) -> tuple[str, dict[str, str]]:
     """The format of ``stream`` (one of :data:`IMPORT_FORMATS`) and the items it holds."""
     buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(Any, stream))
-    fmt = import_format(buffered.peek(65536))
+    head = buffered.peek(65536)
+    if b"\n" not in head.lstrip() and head:
+        # A pipe's first chunk can end before the first line does: the format is
+        # told by that line, so read it all (every format but JSON Lines is read
+        # whole anyway, and a JSON Lines input without a newline is one line).
+        buffered = io.BufferedReader(cast(Any, io.BytesIO(buffered.read())), 65536)
+        head = buffered.peek(65536)
+    fmt = import_format(head)
+    if fmt in ("csv", "tsv"):
+        while buffered.peek(1)[:1] in (b"\r", b"\n"):  # blank lines before the header
+            buffered.read(1)
     if fmt != "jsonl":
         return fmt, parse_table_import(buffered, origin, fmt)
     text = io.TextIOWrapper(buffered, encoding="utf-8")

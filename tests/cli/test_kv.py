@@ -478,6 +478,31 @@ def test_import_format_is_told_by_the_first_line() -> None:
     assert import_format(b"") == "jsonl"
 
 
+def test_import_format_waits_for_the_first_line_of_a_slow_pipe() -> None:
+    """A pipe hands over what it has: the header line may come in pieces."""
+    import io
+
+    from triggerfish_cli.kv import read_import
+
+    class Trickle(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+            chunk, self.data = self.data[:3], self.data[3:]
+            buffer[: len(chunk)] = chunk
+            return len(chunk)
+
+    tsv = b"\n\nkey\tvalue\nk1\tone, two\n"
+    assert read_import(io.BufferedReader(Trickle(tsv)), "stdin") == ("tsv", {"k1": "one, two"})
+    jsonl = b'{"key": "k1", "value": "1"}\n{"key": "k2", "value": "2"}\n'
+    found = read_import(io.BufferedReader(Trickle(jsonl)), "stdin")
+    assert found == ("jsonl", {"k1": "1", "k2": "2"})
+
+
 def test_deleting_memory_records_takes_their_search_index_rows(
     cli: CliFn, gateway_db: Path
 ) -> None:
