@@ -626,8 +626,8 @@ def test_rollback_to_a_redacted_version_needs_the_values_again(
     assert outputs[-1].exit_code == 0, outputs[-1].stderr
     assert config.read_text() == WITH_SECRETS
     # On a TTY the operator is asked for each value, hidden.
-    from triggerfish_cli.cli import config as config_cli
     from triggerfish_cli.cli import output
+    from triggerfish_cli.cli.config import rollback as config_cli
 
     ok(cli(*store.args, "config", "rollback", "2", "--yes"))
     asked: list[str] = []

@@ -413,6 +413,96 @@ def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Pat
     assert missing.exit_code == 3
 
 
+ODD_VALUES = {
+    "a,b": '{"x": "q\\"uo,te\\nnl"}',  # commas, quotes, a newline: CSV quoting
+    "tab\tkey": "line one\nline two",
+    "big": "x" * 200_000,  # above the csv module's default field limit (128 KiB)
+    "unicode": "Hva er været",
+}
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".json", ".jsonl"])
+def test_export_picks_the_format_of_the_file_name_and_import_reads_it_back(
+    cli: CliFn, store: StoreHandle, tmp_path: Path, suffix: str
+) -> None:
+    store.seed(ODD_VALUES)
+    file = tmp_path / f"dump{suffix}"
+    assert cli(*store.args, "kv", "export", "-o", str(file)).exit_code == 0
+    head = file.read_text()[:12]
+    assert head.startswith({".csv": "key,value", ".json": "[", ".jsonl": '{"key"'}[suffix])
+    store.seed({key: "old" for key in ODD_VALUES})
+    done = cli(*store.args, "kv", "import", str(file), "-f", "json")
+    assert done.exit_code == 0, done.stderr
+    assert done.json()["replaced"] == len(ODD_VALUES)
+    assert {k: v for k, v in store.contents().items() if k in ODD_VALUES} == ODD_VALUES
+
+
+def test_import_reads_tsv_and_a_csv_with_a_byte_order_mark(cli: CliFn, store: StoreHandle) -> None:
+    tsv = 'key\tvalue\nt1\t"one"\nt2\ttwo, with a comma\n'
+    assert cli(*store.args, "kv", "import", "-", input=tsv).exit_code == 0
+    csv_text = "\ufeffkey,value\nc1,1\n"
+    assert cli(*store.args, "kv", "import", "-", input=csv_text).exit_code == 0
+    assert without_audit(store.contents()) == {"t1": "one", "t2": "two, with a comma", "c1": "1"}
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("key,value\nk1,1\nk2,2,3\n", "row 2: not valid CSV"),
+        ("name,value\nk1,1\n", "row 1: expected the columns key and value"),
+        (
+            '[{"key": "k1", "value": "1"}, ["k2", "2"]]',
+            'item 2: expected an object with a string "key"',
+        ),
+        ('[{"key": "k1", "value": "1"}', "not valid JSON"),
+        ("key,value\nmemory:PUBLIC:x,1\n", "row 1"),
+    ],
+)
+def test_a_bad_csv_or_json_import_imports_nothing_and_names_the_row(
+    cli: CliFn, store: StoreHandle, text: str, message: str
+) -> None:
+    store.seed({"k1": "old"})
+    result = cli(*store.args, "kv", "import", "-", input=text)
+    assert result.exit_code in (4, 8), result.stderr
+    assert message in result.stderr
+    assert store.contents() == {"k1": "old"}
+
+
+def test_import_format_is_told_by_the_first_line() -> None:
+    from triggerfish_cli.kv import import_format
+
+    assert import_format(b'  \n{"key": "a", "value": "b"}\n') == "jsonl"
+    assert import_format(b"[\n  {}\n]") == "json"
+    assert import_format(b"\xef\xbb\xbfkey,value\n") == "csv"
+    assert import_format(b'key\tvalue\nk\t{"a": 1, "b": 2}\n') == "tsv"
+    assert import_format(b"") == "jsonl"
+
+
+def test_import_format_waits_for_the_first_line_of_a_slow_pipe() -> None:
+    """A pipe hands over what it has: the header line may come in pieces."""
+    import io
+
+    from triggerfish_cli.kv import read_import
+
+    class Trickle(io.RawIOBase):
+        def __init__(self, data: bytes) -> None:
+            self.data = data
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+            chunk, self.data = self.data[:3], self.data[3:]
+            buffer[: len(chunk)] = chunk
+            return len(chunk)
+
+    tsv = b"\n\nkey\tvalue\nk1\tone, two\n"
+    assert read_import(io.BufferedReader(Trickle(tsv)), "stdin") == ("tsv", {"k1": "one, two"})
+    jsonl = b'{"key": "k1", "value": "1"}\n{"key": "k2", "value": "2"}\n'
+    found = read_import(io.BufferedReader(Trickle(jsonl)), "stdin")
+    assert found == ("jsonl", {"k1": "1", "k2": "2"})
+
+
 def test_deleting_memory_records_takes_their_search_index_rows(
     cli: CliFn, gateway_db: Path
 ) -> None:

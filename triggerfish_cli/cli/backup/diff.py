@@ -18,7 +18,7 @@ from triggerfish_cli.cli.backup.options import (
     identities,
 )
 from triggerfish_cli.cli.context import AppState, state
-from triggerfish_cli.cli.kv import RawTaintOpt
+from triggerfish_cli.cli.kv.common import RawTaintOpt
 from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,

@@ -1,0 +1,94 @@
+"""`config diff`: between two versions, or a version and the file."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from triggerfish_cli.cli.config.common import app, version_or_newest, versions_store
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.options import FormatOpt, complete_config_version, fmt_value
+
+if TYPE_CHECKING:
+    from triggerfish_cli.cli.output import Output
+
+
+@app.command("diff")
+def diff_cmd(
+    ctx: typer.Context,
+    a: Annotated[
+        str | None,
+        typer.Argument(
+            help="From: a version, or `current` (default: the newest).",
+            metavar="[A]",
+            autocompletion=complete_config_version,
+        ),
+    ] = None,
+    b: Annotated[
+        str | None,
+        typer.Argument(
+            help="To: a version, or `current`: the file on disk (default).",
+            metavar="[B]",
+            autocompletion=complete_config_version,
+        ),
+    ] = None,
+    exit_code: Annotated[
+        bool,
+        typer.Option(
+            "--exit-code",
+            help="Exit 1 when they differ, 0 when identical (as git diff --exit-code); "
+            "with -q print nothing",
+        ),
+    ] = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Unified diff between two versions, or a version and the file (secrets masked).
+
+    --format json gives {"from", "to", "identical", "changes": [{"path", "change", "old", "new"}]}
+    with changed keys as dotted paths.
+    """
+    from triggerfish_cli.config import versions as cv
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt))
+    provider = versions_store(st, out)
+
+    def side(arg: str | None) -> tuple[str, str, str]:
+        if arg == "current":
+            config = cv.read_config(st.config_path, missing_ok=True)
+            if config is None:
+                return "current", "", f"{st.config_path.name} (missing)"
+            return "current", config.masked(), f"{st.config_path.name} (on disk)"
+        found = version_or_newest(provider, arg)
+        return f"v{found.number}", found.yaml, f"v{found.number}"
+
+    (name_a, text_a, label_a), (name_b, text_b, label_b) = side(a), side(b or "current")
+    if exit_code:
+        if not out.quiet:
+            _show_diff(out, text_a, text_b, (name_a, label_a), (name_b, label_b))
+        if text_a != text_b:
+            raise typer.Exit(1)
+        return
+    _show_diff(out, text_a, text_b, (name_a, label_a), (name_b, label_b))
+
+
+def _show_diff(
+    out: Output, text_a: str, text_b: str, a: tuple[str, str], b: tuple[str, str]
+) -> None:
+    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.config import diff as config_diff
+
+    (name_a, label_a), (name_b, label_b) = a, b
+    if out.fmt == "table":
+        text = config_diff.unified(text_a, text_b, label_a, label_b)
+        if text:
+            out.diff(text)
+        else:
+            out.info(f"no differences between {label_a} and {label_b}")
+        return
+    rows = config_diff.changes(text_a, text_b, label_a, label_b)
+    if out.fmt == "json":
+        out.record({"from": name_a, "to": name_b, "identical": text_a == text_b, "changes": rows})
+        return
+    out.rows(rows, [Column(f, f) for f in ("path", "change", "old", "new")])

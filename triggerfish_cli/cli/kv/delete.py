@@ -1,0 +1,125 @@
+"""`kv delete` and `kv clear`: one key, a prefix, or the whole store."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.kv.common import app
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value
+from triggerfish_cli.errors import RefusedError, UsageError
+
+
+@app.command("delete")
+def delete_cmd(
+    ctx: typer.Context,
+    key: Annotated[
+        str | None, typer.Argument(help="The exact key to delete.", show_default=False)
+    ] = None,
+    prefix: Annotated[
+        str | None,
+        typer.Option(
+            "--prefix", "-p", help="Delete every key under this literal prefix.", show_default=False
+        ),
+    ] = None,
+    pause: Annotated[
+        float,
+        typer.Option(
+            "--pause",
+            min=0,
+            metavar="SECONDS",
+            help="With --prefix: rest between two delete transactions of 1000 keys, so the "
+            "gateway's own writes get in.",
+        ),
+    ] = 0.03,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Delete one key, or every key under --prefix (shows the count and a sample first)."""
+    from triggerfish_cli import kv
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    if (key is None) == (prefix is None):
+        raise UsageError("give exactly one of KEY or --prefix")
+    provider = st.provider()
+    if key is not None:
+        if not dry_run:
+            kv.get_value(provider, key)  # not found -> exit 3 before asking
+            out.confirm(
+                f"Delete {key} from {provider.describe()}?", yes=yes, what=f"deleting {key}"
+            )
+        result = kv.delete_key(provider, key, dry_run=dry_run)
+        verb = "would delete" if dry_run else "deleted"
+        out.outcome(result, f"{verb} {key}")
+        return
+    assert prefix is not None
+    plan = kv.plan_prefix_delete(provider, prefix)
+    summary = {
+        "prefix": prefix,
+        "matched": plan.count,
+        "sample": plan.sample(),
+        "deleted": 0,
+        "dry_run": dry_run,
+    }
+    if plan.count == 0:
+        out.outcome(summary, f"no keys under {prefix!r}")
+        return
+    if dry_run:  # the report is the result: stdout
+        if out.fmt == "table" and not out.quiet:
+            out.line(f"would delete {plan.count} key(s) under {prefix!r}, e.g.:")
+            for sample in plan.sample():
+                out.line(f"  {sample}", wrap=False)
+        else:
+            out.outcome(summary, "")
+        return
+    if not out.quiet:  # what the question is about: beside it, on stderr
+        out.info(f"{plan.count} key(s) under {prefix!r}, e.g.:")
+        for sample in plan.sample():
+            out.info(f"  {sample}")
+    out.confirm(
+        f"Delete {plan.count} key(s) under {prefix!r}?",
+        yes=yes,
+        what=f"deleting {plan.count} key(s)",
+    )
+    with out.progress("deleting", total=plan.count) as bar:
+        summary["deleted"] = kv.delete_prefix(provider, plan, on_batch=bar.advance, pause=pause)
+    out.outcome(summary, f"deleted {summary['deleted']} key(s) under {prefix!r}")
+
+
+@app.command("clear")
+def clear_cmd(
+    ctx: typer.Context,
+    yes: YesOpt = False,
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Delete EVERY key in the store. Needs --yes, and typing the store's name on a TTY."""
+    from triggerfish_cli import kv
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    provider = st.provider()
+    count = provider.count()
+    where = provider.describe()
+    if dry_run:
+        out.outcome(
+            {"store": where, "deleted": 0, "matched": count, "dry_run": True},
+            f"would delete all {count} key(s) in {where}",
+        )
+        return
+    if not yes:
+        raise RefusedError("clearing the whole store needs --yes")
+    out.confirm_by_typing(
+        f"This deletes all {count} key(s) in {where}.", where, what="clearing the store"
+    )
+    deleted = kv.clear_store(provider)
+    out.outcome(
+        {"store": where, "deleted": deleted, "matched": count, "dry_run": False},
+        f"deleted all {deleted} key(s) in {where}",
+    )

@@ -1,0 +1,138 @@
+"""`kv namespaces` and `kv list`: what the store holds, by namespace and by key."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
+from triggerfish_cli.cli.options import FormatOpt, complete_namespace, fmt_value
+from triggerfish_cli.errors import UsageError
+
+
+@app.command("namespaces")
+def namespaces_cmd(
+    ctx: typer.Context,
+    ages: Annotated[
+        bool,
+        typer.Option(
+            "--ages",
+            help=(
+                "Add oldest/newest record time and the counts of records of unknown age and "
+                "of pending ones (a deadline still ahead) (reads every value)."
+            ),
+        ),
+    ] = False,
+    fmt: FormatOpt = None,
+) -> None:
+    """Every namespace present, with key count and total value bytes."""
+    from triggerfish_cli import kv
+    from triggerfish_cli.cli.output import Column, human_bytes, text_column
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt))
+    rows = kv.namespace_report(st.provider(), ages=ages)
+    columns = [
+        Column("namespace", "namespace", render=_group_name),
+        Column("keys", "keys", "right"),
+        Column("bytes", "size", "right", human_bytes),
+    ]
+    if ages:
+        columns += [
+            Column("oldest", "oldest"),
+            Column("newest", "newest"),
+            Column("unknown_age", "age unknown", "right"),
+            Column("pending", "pending", "right"),
+        ]
+    columns.append(text_column("description", "description"))
+    total = kv.totals(rows)
+    out.rows(
+        (row.as_dict(ages) for row in rows),
+        columns,
+        footer={"namespace": "total", "keys": total.count, "bytes": total.bytes},
+        empty="the store is empty",
+    )
+
+
+def _group_name(name: str) -> str:
+    from triggerfish_cli import cells
+
+    if name in (cells.NULL_CELL, cells.BLOB_MARK):
+        return cells.kind(name).upper()
+    return name or '""'
+
+
+@app.command("list")
+def list_cmd(
+    ctx: typer.Context,
+    prefix: Annotated[
+        str | None,
+        typer.Argument(
+            help="Literal, case-sensitive key prefix (all keys if omitted).", show_default=False
+        ),
+    ] = None,
+    namespace: Annotated[
+        str | None,
+        typer.Option(
+            "--namespace",
+            "-N",
+            help="A namespace name or prefix, e.g. sessions.",
+            show_default=False,
+            autocompletion=complete_namespace,
+        ),
+    ] = None,
+    limit: Annotated[
+        int, typer.Option("--limit", "-l", min=0, help="Show at most N keys (0: all).")
+    ] = 0,
+    keys_only: Annotated[
+        bool, typer.Option("--keys-only", "-k", help="Print keys only, one per line.")
+    ] = False,
+    taint: RawTaintOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Keys under a prefix, in binary key order, with their value sizes."""
+    from itertools import islice
+
+    from triggerfish_cli import kv, namespaces
+    from triggerfish_cli.cli.output import Column, json_text
+    from triggerfish_cli.storage.provider import value_size
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt))
+    if namespace is not None:
+        if prefix is not None:
+            raise UsageError("give a PREFIX or --namespace, not both")
+        found = namespaces.get(namespace)
+        if found is None:
+            raise UsageError(
+                f"unknown namespace {namespace!r}", hint="see `triggerfish-admin kv namespaces`"
+            )
+        prefix = found.prefix
+    provider = st.provider()
+    stop = limit or None
+    reads = raw_reads(taint)
+    if keys_only:
+        keys = islice(kv.raw_keys(provider.scan_keys(prefix), reads), stop)
+        if out.fmt in ("table", "csv"):
+            for key in keys:
+                out.line(key, wrap=False)
+        elif out.fmt == "jsonl":
+            for key in keys:
+                out.line(json_text(key))
+        else:
+            out.line(json_text(list(keys)))
+    else:
+        rows = (
+            {"key": key, "namespace": namespaces.group_of(key), "bytes": value_size(value)}
+            for key, value in islice(kv.raw_rows(provider.scan(prefix), reads), stop)
+        )
+        columns = [
+            Column("key", "key"),
+            Column("bytes", "bytes", "right"),
+            Column("namespace", "namespace", wide=True),
+        ]
+        with kv.flat_memory(provider):
+            out.rows(rows, columns, empty="no keys")
+    reads.audit(provider, "kv list", prefix or "")

@@ -1,0 +1,134 @@
+"""`kv export` and `kv import`: every key and value, out to a file and back."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import IO, Annotated
+
+import typer
+
+from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, fmt_value
+from triggerfish_cli.errors import InvalidDataError, UsageError
+
+
+@app.command("export")
+def export_cmd(
+    ctx: typer.Context,
+    prefix: Annotated[
+        str | None, typer.Argument(help="Only keys under this literal prefix.", show_default=False)
+    ] = None,
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Write to this file (atomically) instead of stdout; a name ending in "
+            ".json or .csv picks that format when --format is not given.",
+            show_default=False,
+            dir_okay=False,
+        ),
+    ] = None,
+    taint: RawTaintOpt = None,
+    fmt: FormatOpt = None,
+) -> None:
+    """Every key and value as JSON Lines: {"key": ..., "value": ...}, value exactly as stored.
+
+    --format json gives one JSON list of the same objects, csv a key,value table
+    (table, the default, means JSON Lines here). `kv import` reads all three back.
+    """
+    from triggerfish_cli import kv
+    from triggerfish_cli.cli.output import Column, Output
+    from triggerfish_cli.fileio import atomic_writer
+
+    st = state(ctx)
+    chosen = fmt_value(fmt) or st.fmt
+    if fmt is None and chosen == "table" and output is not None:
+        chosen = SUFFIX_FORMATS.get(output.suffix.lower(), chosen)
+    provider = st.provider()
+    reads = raw_reads(taint)
+
+    notes: list[str] = []
+
+    def write(handle: IO[str]) -> None:
+        if chosen in ("table", "jsonl"):
+            for line in kv.export_lines(provider, prefix, reads, notes):
+                handle.write(line)
+            return
+        out = Output(chosen, stdout=handle)
+        rows = (
+            {"key": k, "value": v}
+            for k, v in kv.noting(kv.raw_rows(provider.scan(prefix, batch_size=2000), reads), notes)
+        )
+        out.rows(rows, [Column("key", "key"), Column("value", "value")])
+
+    if output is None:
+        with kv.flat_memory(provider):
+            write(sys.stdout)
+    else:
+        with (
+            kv.flat_memory(provider),
+            atomic_writer(output, mode=EXPORT_MODE, keep_mode=False) as handle,
+        ):
+            write(handle)
+    st.output(None).warn_all(notes)
+    reads.audit(provider, "kv export", prefix or "")
+
+
+#: An export holds store data: owner only, like the store and its backups.
+EXPORT_MODE = 0o600
+#: The format an --output file's name asks for, when no --format is given.
+SUFFIX_FORMATS = {".json": "json", ".csv": "csv", ".jsonl": "jsonl", ".ndjson": "jsonl"}
+
+
+@app.command("import")
+def import_cmd(
+    ctx: typer.Context,
+    source: Annotated[
+        str,
+        typer.Argument(
+            help="A file from `kv export` (JSON Lines, a JSON list, or CSV/TSV with a "
+            "key,value header: told apart by their first line), or - for stdin.",
+            metavar="FILE|-",
+        ),
+    ],
+    dry_run: DryRunOpt = False,
+    fmt: FormatOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Import an export, all or nothing: a bad line or row imports nothing and is named.
+
+    Values that are not UTF-8 text come back only from JSON Lines or JSON
+    ({"$bytes": <base64>, "type": ...}); a CSV cell is always text.
+    """
+    from triggerfish_cli import kv
+
+    st = state(ctx)
+    out = st.output(fmt_value(fmt), quiet or None)
+    if source == "-":
+        try:
+            _, items = kv.read_import(sys.stdin.buffer, "stdin")
+        except UnicodeDecodeError:
+            raise InvalidDataError("stdin: not UTF-8 text") from None
+    else:
+        path = Path(source)
+        if path.is_dir():
+            raise UsageError(f"{source}: is a directory, not a file from `kv export`")
+        try:
+            with path.open("rb") as handle:
+                _, items = kv.read_import(handle, source)
+        except FileNotFoundError:
+            from triggerfish_cli.errors import NotFoundError
+
+            raise NotFoundError(f"{source}: no such file") from None
+        except UnicodeDecodeError:
+            raise InvalidDataError(f"{source}: not UTF-8 text") from None
+    result = kv.import_items(st.provider(), items, dry_run=dry_run, origin=source).as_dict()
+    verb = "would import" if dry_run else "imported"
+    out.outcome(
+        result,
+        f"{verb} {result['lines']} key(s): {result['new']} new, "
+        f"{result['replaced']} replaced, {result['unchanged']} unchanged",
+    )
