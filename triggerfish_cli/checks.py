@@ -36,16 +36,28 @@ checks only read: nothing is written to the store or the destination.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import InvalidDataError, TriggerfishError, UsageError
+from triggerfish_cli.backup.destinations import open_destination
+from triggerfish_cli.backup.stores import ref_of, same_store
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    InvalidDataError,
+    TriggerfishError,
+    UsageError,
+)
+from triggerfish_cli.paths import store_backups_dir
+from triggerfish_cli.serialization import parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.status import SWEEP_HOOK, collect
 from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.timespec import format_duration, format_size, parse_duration, parse_size
 
 OK, WARNING, CRITICAL, UNKNOWN = "OK", "WARNING", "CRITICAL", "UNKNOWN"
 EXIT_CODES = {OK: 0, WARNING: 1, CRITICAL: 2, UNKNOWN: 3}
@@ -129,10 +141,6 @@ class Limit:
 def _bound(value: float | None, kind: str) -> str:
     """A limit as the operator writes it (``26h``, not ``1d2h``)."""
     if kind == DURATION and value is not None:
-        from datetime import timedelta
-
-        from triggerfish_cli.timespec import format_duration
-
         return format_duration(timedelta(seconds=value))
     return show(value, kind)
 
@@ -142,12 +150,8 @@ _EXAMPLES = {DURATION: "26h:50h", SIZE: "64MiB:256MiB", COUNT: "0:100"}
 
 def _number(text: str, kind: str) -> float:
     if kind == DURATION:
-        from triggerfish_cli.timespec import parse_duration
-
         return parse_duration(text).total_seconds()
     if kind == SIZE:
-        from triggerfish_cli.timespec import parse_size
-
         return float(parse_size(text))
     cleaned = text.strip()
     if not cleaned.isdigit():
@@ -162,8 +166,6 @@ def show(value: float | None, kind: str) -> str:
     if kind == DURATION:
         return _age(value)
     if kind == SIZE:
-        from triggerfish_cli.timespec import format_size
-
         return format_size(int(value))
     return str(int(value))
 
@@ -385,9 +387,6 @@ def run_checks(
     now: datetime | None = None,
 ) -> CheckReport:
     """Every check that is on, over the store ``config`` names (opened by ``opener``)."""
-    from triggerfish_cli.serialization import utc_now
-    from triggerfish_cli.status import collect
-
     now = now or utc_now()
     report = collect(config, opener, base=base)
     store = {
@@ -435,12 +434,6 @@ def _destination(
     provider: StorageProvider, limits: Thresholds
 ) -> tuple[Finding, list[_Backup] | None]:
     """Whether the backup destination can be reached, and this store's backups there."""
-    from triggerfish_cli.backup.destinations import open_destination
-    from triggerfish_cli.backup.stores import ref_of, same_store
-    from triggerfish_cli.errors import BackendUnavailableError
-    from triggerfish_cli.paths import store_backups_dir
-    from triggerfish_cli.serialization import parse_iso
-
     spec = limits.backups
     check = "backup_destination"
     where = spec or str(store_backups_dir())
@@ -509,10 +502,6 @@ def _backup_age(
 
 def last_good_sweep(provider: StorageProvider) -> dict[str, Any] | None:
     """The newest sweep audit record that records no error and no interruption."""
-    import json
-
-    from triggerfish_cli.status import SWEEP_HOOK
-
     keys = [
         key
         for key in provider.scan_keys("audit:", batch_size=5000)
@@ -530,8 +519,6 @@ def last_good_sweep(provider: StorageProvider) -> dict[str, Any] | None:
 
 
 def _sweep_age(limit: Limit, provider: StorageProvider, now: datetime) -> Finding:
-    from triggerfish_cli.serialization import parse_iso
-
     check = "sweep_age"
     try:
         record = last_good_sweep(provider)

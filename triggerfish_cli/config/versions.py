@@ -32,6 +32,7 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,9 @@ from triggerfish_cli.errors import (
     UsageError,
     VerificationError,
 )
-from triggerfish_cli.serialization import dumps, loads, now_iso, parse_iso, to_iso
+from triggerfish_cli.fileio import atomic_writer
+from triggerfish_cli.serialization import dumps, loads, now_iso, parse_iso, to_iso, utc_now
+from triggerfish_cli.settings import parse_yaml_mapping
 from triggerfish_cli.storage.provider import StorageProvider
 
 PREFIX = "config:v"
@@ -500,8 +503,6 @@ def snapshot(
 
 def _validity_warnings(text: str) -> list[str]:
     try:
-        from triggerfish_cli.settings import parse_yaml_mapping
-
         parse_yaml_mapping(text, "the file")
     except InvalidDataError as exc:
         return [f"{exc.message}; stored anyway (a rollback to it will be refused)"]
@@ -537,11 +538,6 @@ def default_backups_dir(config_path: Path) -> Path:
 
 def write_backup_copy(config: ConfigFile) -> Path:
     """A copy in the gateway's own format, for a file whose secrets the store cannot keep."""
-    from datetime import timedelta
-
-    from triggerfish_cli.fileio import atomic_writer
-    from triggerfish_cli.serialization import utc_now
-
     directory = default_backups_dir(config.path)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     moment = utc_now()
