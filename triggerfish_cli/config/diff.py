@@ -1,6 +1,6 @@
 """Comparing and checking config texts: unified diffs, changed keys, validation.
 
-Texts shown here are masked first (``secrets_guard.display_mask``): a diff
+Texts shown here are masked first (``redaction.display_mask``): a diff
 never prints a plain-text secret, and a version stored with redacted values
 compares equal to the file it came from.
 """

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import paths
-from triggerfish_cli.config import secrets_guard
+from triggerfish_cli.config import redaction, secrets_guard
 from triggerfish_cli.config.versions import (
     KEEP,
     backup_time,
@@ -131,7 +131,7 @@ def plan_import(
         assert config is not None
         scan = secrets_guard.scan(config.text)
         try:
-            candidate.text, candidate.findings = secrets_guard.redact(config.text, scan)
+            candidate.text, candidate.findings = redaction.redact(config.text, scan)
         except RefusedError as exc:
             candidate.skipped = exc.message
             continue

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import audit
-from triggerfish_cli.config import secrets_guard
+from triggerfish_cli.config import redaction, secrets_guard
 from triggerfish_cli.errors import (
     BusyError,
     InvalidDataError,
@@ -266,7 +266,7 @@ class ConfigFile:
 
     def masked(self) -> str:
         """The text with plain-text secrets masked (what a version of it holds)."""
-        return secrets_guard.display_mask(self.text)
+        return redaction.display_mask(self.text)
 
 
 def read_config(path: Path, *, missing_ok: bool = False) -> ConfigFile | None:
@@ -461,7 +461,7 @@ def snapshot(
         assert config is not None
         scan = secrets_guard.scan(config.text)
         try:
-            stored_text, findings = secrets_guard.redact(config.text, scan)
+            stored_text, findings = redaction.redact(config.text, scan)
         except RefusedError:
             if not redact:
                 refuse_secrets(scan.findings, str(config_path))
