@@ -168,6 +168,7 @@ def snapshot_cmd(
 def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """Every stored version, oldest first, and which one the file on disk is."""
     from triggerfish_cli.cli.output import Column, human_bytes, text_column
+    from triggerfish_cli.config import files as config_files
     from triggerfish_cli.config import versions as cv
 
     st = state(ctx)
@@ -175,7 +176,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     listing = cv.list_versions(_provider(st, out))
     for problem in listing.problems:
         out.warn(problem)
-    config = cv.read_config(st.config_path, missing_ok=True)
+    config = config_files.read_config(st.config_path, missing_ok=True)
     current = cv.current_number(listing, config)
     out.rows(
         (v.row(v.number == current) for v in listing.versions),
@@ -258,7 +259,7 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "changes": [{"path", "change", "old", "new"}]}
     with changed keys as dotted paths.
     """
-    from triggerfish_cli.config import versions as cv
+    from triggerfish_cli.config import files as config_files
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -266,7 +267,7 @@ def diff_cmd(
 
     def side(arg: str | None) -> tuple[str, str, str]:
         if arg == "current":
-            config = cv.read_config(st.config_path, missing_ok=True)
+            config = config_files.read_config(st.config_path, missing_ok=True)
             if config is None:
                 return "current", "", f"{st.config_path.name} (missing)"
             return "current", config.masked(), f"{st.config_path.name} (on disk)"
@@ -518,13 +519,13 @@ def validate_cmd(
     """Check a config file: YAML syntax (line, column), duplicate keys, known sections,
     our storage:/retention: sections strictly, plain-text secrets. Exit 8 on errors."""
     from triggerfish_cli.config import diff as config_diff
-    from triggerfish_cli.config import versions as cv
+    from triggerfish_cli.config import files as config_files
     from triggerfish_cli.errors import InvalidDataError
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     path = file or st.config_path
-    config = cv.read_config(path)
+    config = config_files.read_config(path)
     assert config is not None
     report = config_diff.validate_text(config.text, str(path), path)
     if out.fmt == "table":

@@ -30,16 +30,8 @@ from typing import Any
 
 from triggerfish_cli import paths
 from triggerfish_cli.config import redaction, secrets_guard
-from triggerfish_cli.config.versions import (
-    KEEP,
-    backup_time,
-    config_lock,
-    list_versions,
-    read_config,
-    sha256_text,
-    store_version,
-    version_numbers,
-)
+from triggerfish_cli.config.files import backup_time, config_lock, read_config, sha256_text
+from triggerfish_cli.config.versions import KEEP, list_versions, store_version, version_numbers
 from triggerfish_cli.errors import NotFoundError, RefusedError, TriggerfishError
 from triggerfish_cli.storage.provider import StorageProvider
 

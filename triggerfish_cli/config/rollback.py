@@ -27,18 +27,20 @@ from typing import Any
 
 from triggerfish_cli.config import diff as config_diff
 from triggerfish_cli.config import redaction, secrets_guard, yaml_paths
-from triggerfish_cli.config.versions import (
+from triggerfish_cli.config.files import (
     ConfigFile,
+    config_lock,
+    read_config,
+    sha256_text,
+    write_backup_copy,
+)
+from triggerfish_cli.config.versions import (
     Listing,
     Version,
-    config_lock,
     get_version,
     list_versions,
-    read_config,
     refuse_secrets,
-    sha256_text,
     store_version,
-    write_backup_copy,
 )
 from triggerfish_cli.errors import (
     BusyError,
