@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from triggerfish_cli.config import files as config_files
 from triggerfish_cli.config import versions as cv
 from triggerfish_cli.errors import (
     BusyError,
@@ -80,7 +81,12 @@ def test_next_number_comes_from_the_highest_parsed_key_not_key_order() -> None:
         provider.set(
             f"config:v{number}",
             cv.Version(
-                number, "2026-01-01T00:00:00.000Z", "u", "snapshot", cv.sha256_text(""), ""
+                number,
+                "2026-01-01T00:00:00.000Z",
+                "u",
+                "snapshot",
+                config_files.sha256_text(""),
+                "",
             ).to_json(),
         )
     provider.set("config:vx", "{}")  # not a version key: ignored
@@ -152,7 +158,11 @@ def test_snapshot_refuses_files_that_are_not_utf8(tmp_path: Path) -> None:
 
 def test_the_lock_serialises_config_commands(tmp_path: Path) -> None:
     path = tmp_path / "triggerfish.yaml"
-    with cv.config_lock(path), pytest.raises(BusyError), cv.config_lock(path, timeout=0.1):
+    with (
+        config_files.config_lock(path),
+        pytest.raises(BusyError),
+        config_files.config_lock(path, timeout=0.1),
+    ):
         pass  # a second holder (a separate open file description) must wait
 
 
@@ -169,10 +179,10 @@ def test_the_lock_serialises_config_commands(tmp_path: Path) -> None:
     ],
 )
 def test_gateway_backup_names(name: str, expected: str | None) -> None:
-    assert cv.backup_time(name, "triggerfish.yaml") == expected
+    assert config_files.backup_time(name, "triggerfish.yaml") == expected
 
 
 def test_backup_name_is_the_gateways_format() -> None:
-    name = cv.backup_name("triggerfish.yaml", "2026-02-16T14:30:45.123Z")
+    name = config_files.backup_name("triggerfish.yaml", "2026-02-16T14:30:45.123Z")
     assert name == "triggerfish.yaml.2026-02-16T14-30-45.123Z"
-    assert cv.backup_time(name, "triggerfish.yaml") == "2026-02-16T14:30:45.123Z"
+    assert config_files.backup_time(name, "triggerfish.yaml") == "2026-02-16T14:30:45.123Z"

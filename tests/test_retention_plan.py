@@ -646,3 +646,19 @@ def test_plan_never_deletes_what_it_must_not(
                 assert resolved is not None and resolved < cutoff
     listed = set(unknown(plan))
     assert not {a.key for a in plan.actions() if a.is_delete} & listed
+
+
+def test_a_namespace_plans_totals_follow_its_actions() -> None:
+    from triggerfish_cli.retention.plan import Action, NamespacePlan, defer
+
+    policies = defaults()
+    ns_plan = NamespacePlan(policies["conv:"])
+    plan = Plan(parse_iso("2026-11-01T00:00:00Z"), {"conv:": ns_plan})  # type: ignore[arg-type]
+    assert (plan.deletes, plan.trims, plan.bytes) == (0, 0, 0)
+    ns_plan.actions.append(Action("conv:a:1", "conv:", "xxxx"))
+    assert (plan.deletes, plan.trims, plan.bytes) == (1, 0, 4)
+    ns_plan.actions.append(Action("conv:a:2", "conv:", "é" * 3, replacement="é"))
+    assert (ns_plan.deletes, ns_plan.trims, ns_plan.bytes) == (1, 1, 8)  # 6 - 2 bytes freed
+    assert ns_plan.as_row()["delete"] == 1 and ns_plan.as_row()["bytes"] == 8
+    assert defer(plan, "conv:", "later") == 2
+    assert (plan.deletes, plan.trims, plan.bytes, ns_plan.deferred) == (0, 0, 0, 2)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import pytest
 
+from triggerfish_cli.config import redaction
 from triggerfish_cli.config import secrets_guard as guard
 
 AWS_ID = "AKIAIOSFODNN7EXAMPLE"
@@ -116,7 +117,7 @@ def test_each_shape_is_found_and_redaction_keeps_none_of_it(
     result = guard.scan(text)
     assert result.findings, f"{name}: not found"
     assert secret not in repr(result.findings)
-    masked, _ = guard.redact(text, result)
+    masked, _ = redaction.redact(text, result)
     assert secret not in masked, f"{name}: still in the stored text"
     assert guard.scan(masked).findings == []  # store_version's last line of defence passes
 

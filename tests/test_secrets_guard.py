@@ -7,8 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from triggerfish_cli.config import redaction, yaml_paths
 from triggerfish_cli.config import secrets_guard as guard
-from triggerfish_cli.config import yaml_paths
 from triggerfish_cli.errors import InvalidDataError, RefusedError
 
 # Credential-shaped values (fake, but in the real formats).
@@ -122,7 +122,7 @@ def test_scan_names_paths_and_lines_never_values() -> None:
 
 
 def test_redact_masks_exactly_the_secrets_and_keeps_the_rest() -> None:
-    masked, findings = guard.redact(GATEWAY_CONFIG)
+    masked, findings = redaction.redact(GATEWAY_CONFIG)
     for secret in (OPENAI, TELEGRAM, "hunter 2", GITHUB, ANTHROPIC, "oldpass", "MIIEow"):
         assert secret not in masked
     assert "# triggerfish.yaml\n" in masked and "# token: put your bot token here\n" in masked
@@ -136,52 +136,55 @@ def test_redact_masks_exactly_the_secrets_and_keeps_the_rest() -> None:
 
 
 def test_restore_is_byte_identical_with_the_same_values() -> None:
-    masked, findings = guard.redact(GATEWAY_CONFIG)
+    masked, findings = redaction.redact(GATEWAY_CONFIG)
     values = yaml_paths.leaves(yaml.safe_load(GATEWAY_CONFIG))
-    restored = guard.restore(masked, [f.as_record() for f in findings], values)
+    restored = redaction.restore(masked, [f.as_record() for f in findings], values)
     # Comments keep their marker: only values are put back.
     expected = GATEWAY_CONFIG.replace(ANTHROPIC, guard.MARKER).replace("oldpass", guard.MARKER)
     assert restored == expected
 
 
 def test_restore_falls_back_to_quoting_when_the_style_cannot_hold_the_value() -> None:
-    masked, findings = guard.redact("a:\n  password: hunter2\n")
+    masked, findings = redaction.redact("a:\n  password: hunter2\n")
     value = "x: y # not a comment"  # as a plain scalar this would change meaning
-    restored = guard.restore(masked, [f.as_record() for f in findings], {"a.password": value})
+    restored = redaction.restore(masked, [f.as_record() for f in findings], {"a.password": value})
     assert yaml.safe_load(restored) == {"a": {"password": value}}
     assert restored == 'a:\n  password: "x: y # not a comment"\n'
 
 
 def test_restore_keeps_numbers_numbers() -> None:
     text = "db:\n  password: 123456\n"
-    masked, findings = guard.redact(text)
-    assert guard.restore(masked, [f.as_record() for f in findings], {"db.password": 123456}) == text
+    masked, findings = redaction.redact(text)
+    assert (
+        redaction.restore(masked, [f.as_record() for f in findings], {"db.password": 123456})
+        == text
+    )
 
 
 def test_restore_refuses_missing_values_and_damaged_markers() -> None:
-    masked, findings = guard.redact("a:\n  token: abc\n")
+    masked, findings = redaction.redact("a:\n  token: abc\n")
     records = [f.as_record() for f in findings]
     with pytest.raises(RefusedError, match=r"a\.token"):
-        guard.restore(masked, records, {})
+        redaction.restore(masked, records, {})
     with pytest.raises(InvalidDataError, match="no redaction marker"):
-        guard.restore("a:\n  token: edited\n", records, {"a.token": "abc"})
+        redaction.restore("a:\n  token: edited\n", records, {"a.token": "abc"})
 
 
 def test_anchors_and_aliases_are_masked_once_and_named_everywhere() -> None:
     text = "a:\n  apiKey: &k sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2\nb:\n  copy: *k\n"
-    masked, findings = guard.redact(text)
+    masked, findings = redaction.redact(text)
     assert masked == 'a:\n  apiKey: &k "<redacted>"\nb:\n  copy: *k\n'
     assert {f.path for f in findings} == {"a.apiKey", "b.copy"}
     values = {
         "a.apiKey": "sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2",
         "b.copy": "sk-proj-A1b2C3d4E5f6G7h8I9j0K1l2",
     }
-    assert guard.restore(masked, [f.as_record() for f in findings], values) == text
+    assert redaction.restore(masked, [f.as_record() for f in findings], values) == text
 
 
 def test_a_secret_in_a_key_cannot_be_redacted() -> None:
     with pytest.raises(RefusedError, match="cannot redact"):
-        guard.redact(f"users:\n  {GITHUB}: admin\n")
+        redaction.redact(f"users:\n  {GITHUB}: admin\n")
 
 
 def test_text_that_is_not_yaml_is_scanned_line_by_line() -> None:
@@ -191,13 +194,13 @@ def test_text_that_is_not_yaml_is_scanned_line_by_line() -> None:
     scan = guard.scan(broken)
     assert not scan.parsed
     assert [f.describe() for f in scan.findings] == ["line 3 (text)", "line 5 (text)"]
-    masked, _ = guard.redact(broken)
+    masked, _ = redaction.redact(broken)
     assert SLACK not in masked and "hunter2" not in masked
     assert masked.count("\n") == broken.count("\n")
 
 
 def test_display_mask_never_fails_and_never_shows_a_secret() -> None:
-    shown = guard.display_mask(f"users:\n  {GITHUB}: admin\n")
+    shown = redaction.display_mask(f"users:\n  {GITHUB}: admin\n")
     assert GITHUB not in shown
 
 
@@ -226,7 +229,7 @@ _SAFE = st.text(
     key=st.sampled_from(["apiKey", "botToken", "password", "client_secret"]),
 )
 def test_any_value_under_a_secret_key_round_trips(secret: str, style: str, key: str) -> None:
-    scalar = guard.render_scalar(secret, style)
+    scalar = redaction.render_scalar(secret, style)
     text = f"# config\nchannels:\n  x:\n    {key}: {scalar}\n    other: 1\n"
     try:
         parsed = yaml.safe_load(text)
@@ -235,14 +238,14 @@ def test_any_value_under_a_secret_key_round_trips(secret: str, style: str, key: 
     value = parsed["channels"]["x"][key]
     if guard.classify(key, value) is None:
         return  # a reference or placeholder, not a secret
-    masked, findings = guard.redact(text)
+    masked, findings = redaction.redact(text)
     if value == secret:  # the scalar is exactly the rendered text (no YAML line breaks in it)
         assert masked == text.replace(f"{key}: {scalar}\n", f"{key}: {guard.MARKER_TEXT}\n")
     assert guard.scan(masked).findings == []
     assert yaml.safe_load(masked)["channels"]["x"] == {key: guard.MARKER, "other": 1}
-    restored = guard.restore(
+    restored = redaction.restore(
         masked, [f.as_record() for f in findings], {f"channels.x.{key}": value}
     )
     assert yaml.safe_load(restored) == parsed
-    if guard.render_scalar(value, style) == scalar:
+    if redaction.render_scalar(value, style) == scalar:
         assert restored == text

@@ -6,8 +6,8 @@ import pytest
 import yaml
 
 from tests.test_secrets_guard import GATEWAY_CONFIG
+from triggerfish_cli.config import redaction, yaml_paths
 from triggerfish_cli.config import secrets_guard as guard
-from triggerfish_cli.config import yaml_paths
 from triggerfish_cli.errors import InvalidDataError
 
 
@@ -74,5 +74,5 @@ def test_libyaml_and_pure_python_marks_agree(text: str) -> None:
         ]
 
     assert spans(yaml.CSafeLoader) == spans(yaml.SafeLoader)
-    masked, _ = guard.redact(text)
+    masked, _ = redaction.redact(text)
     assert "hunter2" not in masked and "x😀y" not in masked

@@ -243,7 +243,7 @@ OUR_SECTIONS: dict[str, str] = {
     "retention": "triggerfish_cli.retention.policies:check_section",
     "metrics": "triggerfish_cli.metrics:check_section",
     "backup": "triggerfish_cli.backup.settings:check_section",
-    "checks": "triggerfish_cli.checks:check_section",
+    "checks": "triggerfish_cli.checks.limits:check_section",
 }
 
 

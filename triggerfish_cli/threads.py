@@ -11,7 +11,7 @@ import os
 import queue
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 #: Signals that stop or end us: the main thread alone takes them (see :func:`background`).
@@ -76,7 +76,7 @@ class Worker:
 _DONE = object()
 
 
-def prefetched(items: Iterator[Any], depth: int = 2) -> Iterator[Any]:
+def prefetched(items: Iterator[Any], depth: int = 2) -> Generator[Any, None, None]:
     """``items`` produced on a thread, up to ``depth`` ahead of the consumer.
 
     The source is read while the target writes the previous batch. When the

@@ -647,7 +647,7 @@ def test_rollback_to_a_redacted_version_needs_the_values_again(
 def test_rollback_over_a_file_with_secrets_snapshots_it_redacted_and_keeps_a_copy(
     cli: CliFn, store: StoreHandle, config: Path, base_dir: Path
 ) -> None:
-    from triggerfish_cli.config.versions import backup_time
+    from triggerfish_cli.config.files import backup_time
 
     ok(cli(*store.args, "config", "snapshot"))
     config.write_text(WITH_SECRETS)

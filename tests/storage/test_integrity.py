@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 from pathlib import Path
 
@@ -126,3 +127,36 @@ def test_a_file_that_is_not_a_database_raises(tmp_path: Path) -> None:
     db.write_bytes(b"not a database at all" * 1000)
     with pytest.raises(sqlite3.DatabaseError):
         integrity.plan(db, 2)
+
+
+def test_the_key_ranges_are_cut_near_even_whatever_order_rows_were_written_in(
+    tmp_path: Path,
+) -> None:
+    """Cuts come from rows sampled over the rowid span (no walk of the index):
+    increasing in the index's order, and no range far from an even share."""
+    db = tmp_path / "order.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    rows = integrity.SPLIT_ROWS + 20_000
+    # written in blocks whose keys jump about (as sessions' messages are), not in key order
+    order = [(block * 7919) % 120 for block in range(120)]
+    conn.executemany(
+        "INSERT INTO kv VALUES (?, '')",
+        ((f"k{block:03d}:{n:05d}",) for block in order for n in range(rows // 120)),
+    )
+    conn.commit()
+    index = integrity._Index("kv", "sqlite_autoindex_kv_1", "key", True)
+    cuts = integrity._cuts(conn, index, 4)
+    assert len(cuts) == 3 and cuts == sorted(cuts)
+    bounds = [None, *cuts, None]
+    shares = [
+        conn.execute(
+            "SELECT count(*) FROM kv WHERE (? IS NULL OR key >= ?) AND (? IS NULL OR key < ?)",
+            (low, low, high, high),
+        ).fetchone()[0]
+        for low, high in itertools.pairwise(bounds)
+    ]
+    conn.close()
+    assert sum(shares) == rows // 120 * 120
+    assert all(share > rows / 4 * 0.6 for share in shares), shares
+    assert _problems(db) == []

@@ -277,3 +277,24 @@ def test_a_listing_of_every_value_reads_unmapped_and_maps_again_after(tmp_path: 
         assert list(store.scan()) == [("a", '"1"'), ("b", '"2"')]
     assert store.connection.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_SIZE
     store.close()
+
+
+def test_scan_many_reads_ahead_and_meets_a_cell_that_is_not_utf8(tmp_path: Path) -> None:
+    """The batches are read on a thread of their own: the decoder switch, the
+    snapshot and an early stop all behave as on one thread."""
+    db = tmp_path / "odd.db"
+    store = SqliteStorage(db, create=True)
+    store.set_many((f"conv:s:{i:04d}", "ok") for i in range(100))
+    raw = sqlite3.connect(db, isolation_level=None)
+    raw.execute("UPDATE kv SET value = CAST(x'ff00fe' AS TEXT) WHERE key = 'conv:s:0055'")
+    raw.close()
+    seen = dict(store.scan_many(["conv:"], batch_size=10))
+    assert len(seen) == 100 and seen["conv:s:0055"] == store.get("conv:s:0055") != "ok"
+    assert {value for key, value in seen.items() if key != "conv:s:0055"} == {"ok"}
+    stream = store.scan_many(["conv:"], batch_size=10)
+    assert next(stream)[1] in {"ok", seen["conv:s:0055"]}
+    stream.close()  # the reading thread stops; the connection is the store's again
+    assert not store.connection.in_transaction
+    store.set("conv:s:0000", "new")
+    assert store.get("conv:s:0000") == "new"
+    store.close()

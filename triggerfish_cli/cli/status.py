@@ -224,18 +224,19 @@ def _newest(newest: dict[str, Any] | None) -> str:
 
 def run_check(st: AppState, fmt: str | None, flags: dict[str, str | None]) -> int:
     """``status --check``: the plugin's output and exit code; any error is UNKNOWN (3)."""
-    from triggerfish_cli import checks
+    from triggerfish_cli.checks.limits import thresholds
+    from triggerfish_cli.checks.run import failed, run_checks
 
     out = st.output(fmt, quiet=False)
     try:
         settings = st.settings()
-        limits = checks.thresholds(settings.data.get("checks"), flags, settings.path)
-        report = checks.run_checks(st.storage_config(), st.provider, limits)
+        limits = thresholds(settings.data.get("checks"), flags, settings.path)
+        report = run_checks(st.storage_config(), st.provider, limits)
     except Exception as exc:  # a plugin says UNKNOWN, whatever went wrong
         from triggerfish_cli.errors import TriggerfishError
 
         message = str(exc) if isinstance(exc, TriggerfishError) else f"{type(exc).__name__}: {exc}"
-        report = checks.failed(" ".join(message.split()))
+        report = failed(" ".join(message.split()))
     if out.fmt == "table":
         out.stdout.write("\n".join(report.lines()) + "\n")
     else:

@@ -1,6 +1,6 @@
 """Comparing and checking config texts: unified diffs, changed keys, validation.
 
-Texts shown here are masked first (``secrets_guard.display_mask``): a diff
+Texts shown here are masked first (``redaction.display_mask``): a diff
 never prints a plain-text secret, and a version stored with redacted values
 compares equal to the file it came from.
 """
@@ -15,6 +15,7 @@ from typing import Any
 
 from triggerfish_cli.config import secrets_guard, yaml_paths
 from triggerfish_cli.errors import InvalidDataError
+from triggerfish_cli.settings import OUR_SECTIONS, parse_yaml_mapping
 
 #: Top-level sections of the gateway's own config type (``TriggerFishConfig``
 #: in its ``src/core/config_types.ts``, UPSTREAM.md), in its order. A file
@@ -59,8 +60,6 @@ DOCUMENTED_SECTIONS = (
 
 
 def known_sections() -> tuple[str, ...]:
-    from triggerfish_cli.settings import OUR_SECTIONS
-
     return (*GATEWAY_SECTIONS, *DOCUMENTED_SECTIONS, *OUR_SECTIONS)
 
 
@@ -106,8 +105,6 @@ def changes(a: str, b: str, a_label: str, b_label: str) -> list[dict[str, Any]]:
 
 
 def _leaves(text: str, label: str) -> dict[str, Any]:
-    from triggerfish_cli.settings import parse_yaml_mapping
-
     try:
         document = parse_yaml_mapping(text, label)
     except InvalidDataError as exc:
@@ -184,8 +181,6 @@ def validate_text(text: str, origin: str, config_path: Path, *, secrets: bool = 
     and plain-text secrets (warnings: the gateway accepts them, the design does not).
     """
     import yaml
-
-    from triggerfish_cli.settings import OUR_SECTIONS
 
     report = Report(origin)
     try:

@@ -29,17 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import paths
-from triggerfish_cli.config import secrets_guard
-from triggerfish_cli.config.versions import (
-    KEEP,
-    backup_time,
-    config_lock,
-    list_versions,
-    read_config,
-    sha256_text,
-    store_version,
-    version_numbers,
-)
+from triggerfish_cli.config import redaction, secrets_guard
+from triggerfish_cli.config.files import backup_time, config_lock, read_config, sha256_text
+from triggerfish_cli.config.versions import KEEP, list_versions, store_version, version_numbers
 from triggerfish_cli.errors import NotFoundError, RefusedError, TriggerfishError
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -131,7 +123,7 @@ def plan_import(
         assert config is not None
         scan = secrets_guard.scan(config.text)
         try:
-            candidate.text, candidate.findings = secrets_guard.redact(config.text, scan)
+            candidate.text, candidate.findings = redaction.redact(config.text, scan)
         except RefusedError as exc:
             candidate.skipped = exc.message
             continue

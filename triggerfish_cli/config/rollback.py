@@ -24,19 +24,21 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.config import diff as config_diff
-from triggerfish_cli.config import secrets_guard, yaml_paths
-from triggerfish_cli.config.versions import (
+from triggerfish_cli.config import redaction, secrets_guard, yaml_paths
+from triggerfish_cli.config.files import (
     ConfigFile,
+    config_lock,
+    read_config,
+    sha256_text,
+    write_backup_copy,
+)
+from triggerfish_cli.config.versions import (
     Listing,
     Version,
-    config_lock,
     get_version,
     list_versions,
-    read_config,
     refuse_secrets,
-    sha256_text,
     store_version,
-    write_backup_copy,
 )
 from triggerfish_cli.errors import (
     BusyError,
@@ -171,7 +173,7 @@ def plan_rollback(
     current_findings = secrets_guard.scan(current.text).findings if current is not None else []
 
     values, supplied, missing = _gather_secrets(version, current, supply, dry_run)
-    new_text = secrets_guard.restore(version.yaml, list(version.redacted), values)
+    new_text = redaction.restore(version.yaml, list(version.redacted), values)
     before = config_storage.section_of(current.text if current is not None else None)
     after = config_storage.section_of(new_text)
     storage_note: str | None = None
@@ -207,7 +209,7 @@ def plan_rollback(
     extra = [f for f in record_scan.findings if f.describe() not in set(supplied)]
     if extra and not redact:
         refuse_secrets(extra, f"v{version.number}")
-    record_text, record_redactions = secrets_guard.redact(new_text, record_scan)
+    record_text, record_redactions = redaction.redact(new_text, record_scan)
 
     plan = RollbackPlan(
         config_path=config_path,
@@ -228,9 +230,9 @@ def plan_rollback(
         assert current is not None
         if current_findings and not redact:
             refuse_secrets(current_findings, f"{config_path} (snapshotted before the rollback)")
-        plan.snapshot_text, plan.snapshot_redactions = secrets_guard.redact(current.text)
+        plan.snapshot_text, plan.snapshot_redactions = redaction.redact(current.text)
     shown_current = masked_current if masked_current is not None else ""
-    shown_new = secrets_guard.display_mask(new_text)
+    shown_new = redaction.display_mask(new_text)
     label = (
         f"{config_path.name} (on disk)" if current is not None else f"{config_path.name} (missing)"
     )
@@ -250,7 +252,7 @@ def _gather_secrets(
     Returns the values, the paths, and (dry run only) the paths still missing,
     which keep the marker.
     """
-    wanted = secrets_guard.needed(list(version.redacted))
+    wanted = redaction.needed(list(version.redacted))
     if not wanted:
         return {}, [], []
     values: dict[str, Any] = {}

@@ -20,12 +20,10 @@ told what to do (:data:`CHOICES`):
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, RefusedError
-
-if TYPE_CHECKING:
-    from triggerfish_cli.settings import Settings
+from triggerfish_cli.settings import Settings, parse_yaml_mapping
 
 SECTION = "storage"
 CHOICES = ("refuse", "keep", "switch")
@@ -38,8 +36,6 @@ def section_of(text: str | None) -> Any:
     if text is None:
         return None
     try:
-        from triggerfish_cli.settings import parse_yaml_mapping
-
         return parse_yaml_mapping(text, "config").get(SECTION)
     except InvalidDataError:
         return _UNREADABLE
@@ -139,8 +135,6 @@ def fallback_settings(config_path: Path, *, store_named: bool) -> tuple[Settings
     --backend); else no sections at all (the default store, or what the
     command line names). The flag says whether the block was used.
     """
-    from triggerfish_cli.settings import Settings
-
     try:
         text = config_path.read_text(encoding="utf-8", errors="replace")
     except OSError:

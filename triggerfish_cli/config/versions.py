@@ -26,26 +26,23 @@ redacted secrets still matches the file it came from.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import os
 import re
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import audit
-from triggerfish_cli.config import secrets_guard
+from triggerfish_cli.config import redaction, secrets_guard
+from triggerfish_cli.config.files import ConfigFile, config_lock, read_config, sha256_text
 from triggerfish_cli.errors import (
-    BusyError,
     InvalidDataError,
     NotFoundError,
     RefusedError,
     UsageError,
     VerificationError,
 )
-from triggerfish_cli.serialization import dumps, loads, now_iso, parse_iso, to_iso
+from triggerfish_cli.serialization import dumps, loads, now_iso
+from triggerfish_cli.settings import parse_yaml_mapping
 from triggerfish_cli.storage.provider import StorageProvider
 
 PREFIX = "config:v"
@@ -65,10 +62,6 @@ def parse_version_arg(text: str) -> int:
     if match is None:
         raise UsageError(f"{text!r} is not a version: write it as 13 or v13")
     return int(match.group(1))
-
-
-def sha256_text(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def version_numbers(provider: StorageProvider) -> list[int]:
@@ -246,46 +239,6 @@ def _ranges(numbers: list[int]) -> str:
     return f"v{numbers[0]}" if len(numbers) == 1 else f"v{numbers[0]}..v{numbers[-1]}"
 
 
-# -- the file on disk -----------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ConfigFile:
-    """``triggerfish.yaml`` as read: its exact text, and what the store would keep of it."""
-
-    path: Path
-    text: str
-    mode: int
-
-    @property
-    def sha256(self) -> str:
-        return sha256_text(self.text)
-
-    def masked(self) -> str:
-        """The text with plain-text secrets masked (what a version of it holds)."""
-        return secrets_guard.display_mask(self.text)
-
-
-def read_config(path: Path, *, missing_ok: bool = False) -> ConfigFile | None:
-    """Read the file exactly (bytes, strict UTF-8: no newline translation)."""
-    try:
-        data = path.read_bytes()
-        mode = path.stat().st_mode & 0o7777
-    except FileNotFoundError:
-        if missing_ok:
-            return None
-        raise NotFoundError(f"{path}: config file not found") from None
-    except IsADirectoryError:
-        raise InvalidDataError(f"{path}: is a directory, not a config file") from None
-    except OSError as exc:
-        raise InvalidDataError(f"{path}: cannot read: {exc.strerror}") from None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InvalidDataError(f"{path}: not UTF-8 text ({exc.reason})") from None
-    return ConfigFile(path, text, mode)
-
-
 def current_number(listing: Listing, config: ConfigFile | None) -> int | None:
     """The newest version the file on disk matches (secrets compared masked).
 
@@ -298,41 +251,6 @@ def current_number(listing: Listing, config: ConfigFile | None) -> int | None:
     if found is None and any(v.redacted for v in listing.versions):
         found = listing.by_sha(sha256_text(config.masked()))
     return found.number if found is not None else None
-
-
-@contextlib.contextmanager
-def config_lock(path: Path, timeout: float = 10.0) -> Iterator[None]:
-    """Serialise config-changing commands on one file (an advisory lock on its directory).
-
-    Two operators snapshotting at once would otherwise both take the same
-    number. The gateway does not take this lock; a rollback re-checks the
-    file it read before it writes instead.
-    """
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not on POSIX
-        yield
-        return
-    try:
-        fd = os.open(path.parent if str(path.parent) else ".", os.O_RDONLY)
-    except OSError:
-        yield
-        return
-    try:
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise BusyError(
-                        f"{path}: another triggerfish-admin config command is working on it"
-                    ) from None
-                time.sleep(0.05)
-        yield
-    finally:
-        os.close(fd)
 
 
 # -- writing versions -------------------------------------------------------------
@@ -458,7 +376,7 @@ def snapshot(
         assert config is not None
         scan = secrets_guard.scan(config.text)
         try:
-            stored_text, findings = secrets_guard.redact(config.text, scan)
+            stored_text, findings = redaction.redact(config.text, scan)
         except RefusedError:
             if not redact:
                 refuse_secrets(scan.findings, str(config_path))
@@ -500,55 +418,7 @@ def snapshot(
 
 def _validity_warnings(text: str) -> list[str]:
     try:
-        from triggerfish_cli.settings import parse_yaml_mapping
-
         parse_yaml_mapping(text, "the file")
     except InvalidDataError as exc:
         return [f"{exc.message}; stored anyway (a rollback to it will be refused)"]
     return []
-
-
-# -- the gateway's own backup copies ----------------------------------------------
-
-_BACKUP_TIME = re.compile(r"^(\d{4}-\d{2}-\d{2})T(\d{2})-(\d{2})-(\d{2}(?:\.\d{1,9})?)Z$")
-
-
-def backup_time(name: str, stem: str) -> str | None:
-    """``triggerfish.yaml.2026-02-16T14-30-45.123Z`` -> ``2026-02-16T14:30:45.123Z``."""
-    if not name.startswith(stem + "."):
-        return None
-    match = _BACKUP_TIME.match(name[len(stem) + 1 :])
-    if match is None:
-        return None
-    day, hour, minute, second = match.groups()
-    moment = parse_iso(f"{day}T{hour}:{minute}:{second}Z")
-    return to_iso(moment) if moment is not None else None
-
-
-def backup_name(stem: str, created_at: str) -> str:
-    """The gateway's name for a copy made at ``created_at``: ':' becomes '-'."""
-    return f"{stem}.{created_at.replace(':', '-')}"
-
-
-def default_backups_dir(config_path: Path) -> Path:
-    """Where the gateway keeps copies of this file: ``<its directory>/backups``."""
-    return config_path.parent / "backups"
-
-
-def write_backup_copy(config: ConfigFile) -> Path:
-    """A copy in the gateway's own format, for a file whose secrets the store cannot keep."""
-    from datetime import timedelta
-
-    from triggerfish_cli.fileio import atomic_writer
-    from triggerfish_cli.serialization import utc_now
-
-    directory = default_backups_dir(config.path)
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-    moment = utc_now()
-    target = directory / backup_name(config.path.name, to_iso(moment))
-    while target.exists():  # never replace a copy made in the same millisecond
-        moment += timedelta(milliseconds=1)
-        target = directory / backup_name(config.path.name, to_iso(moment))
-    with atomic_writer(target, mode=0o600, binary=True) as handle:
-        handle.write(config.text.encode("utf-8"))
-    return target

@@ -52,6 +52,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from typing import Any
 
 from triggerfish_cli import namespaces
@@ -103,9 +104,9 @@ class Action:
     def is_delete(self) -> bool:
         return self.replacement is None
 
-    @property
+    @cached_property
     def bytes(self) -> int:
-        """Value bytes this action frees."""
+        """Value bytes this action frees (measured once: a plan adds them up several times)."""
         freed = value_size(self.expected)
         return freed if self.replacement is None else freed - value_size(self.replacement)
 
@@ -151,17 +152,37 @@ class NamespacePlan:
     deferred: int = 0
     note: str | None = None
 
+    #: (the list counted, its length, (deletes, trims, bytes)): see :meth:`_totals`.
+    _tally: tuple[list[Action], int, tuple[int, int, int]] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
+
+    def _totals(self) -> tuple[int, int, int]:
+        """Deletes, trims and bytes of :attr:`actions`, counted in one pass and kept
+        while the list is the same one at the same length (planning only appends,
+        sorts, or replaces it): a plan's summary and its rows ask for them again."""
+        tally = self._tally
+        if tally is not None and tally[0] is self.actions and tally[1] == len(self.actions):
+            return tally[2]
+        deletes = freed = 0
+        for action in self.actions:
+            deletes += action.replacement is None
+            freed += action.bytes
+        totals = (deletes, len(self.actions) - deletes, freed)
+        self._tally = (self.actions, len(self.actions), totals)
+        return totals
+
     @property
     def deletes(self) -> int:
-        return sum(1 for action in self.actions if action.is_delete)
+        return self._totals()[0]
 
     @property
     def trims(self) -> int:
-        return sum(1 for action in self.actions if not action.is_delete)
+        return self._totals()[1]
 
     @property
     def bytes(self) -> int:
-        return sum(action.bytes for action in self.actions)
+        return self._totals()[2]
 
     @property
     def oldest(self) -> str | None:

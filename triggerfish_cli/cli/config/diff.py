@@ -48,7 +48,7 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "changes": [{"path", "change", "old", "new"}]}
     with changed keys as dotted paths.
     """
-    from triggerfish_cli.config import versions as cv
+    from triggerfish_cli.config import files as config_files
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -56,7 +56,7 @@ def diff_cmd(
 
     def side(arg: str | None) -> tuple[str, str, str]:
         if arg == "current":
-            config = cv.read_config(st.config_path, missing_ok=True)
+            config = config_files.read_config(st.config_path, missing_ok=True)
             if config is None:
                 return "current", "", f"{st.config_path.name} (missing)"
             return "current", config.masked(), f"{st.config_path.name} (on disk)"

@@ -24,13 +24,13 @@ def validate_cmd(
     """Check a config file: YAML syntax (line, column), duplicate keys, known sections,
     our storage:/retention: sections strictly, plain-text secrets. Exit 8 on errors."""
     from triggerfish_cli.config import diff as config_diff
-    from triggerfish_cli.config import versions as cv
+    from triggerfish_cli.config import files as config_files
     from triggerfish_cli.errors import InvalidDataError
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     path = file or st.config_path
-    config = cv.read_config(path)
+    config = config_files.read_config(path)
     assert config is not None
     report = config_diff.validate_text(config.text, str(path), path)
     if out.fmt == "table":

@@ -66,6 +66,7 @@ def snapshot_cmd(
 def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """Every stored version, oldest first, and which one the file on disk is."""
     from triggerfish_cli.cli.output import Column, human_bytes, text_column
+    from triggerfish_cli.config import files as config_files
     from triggerfish_cli.config import versions as cv
 
     st = state(ctx)
@@ -73,7 +74,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     listing = cv.list_versions(versions_store(st, out))
     for problem in listing.problems:
         out.warn(problem)
-    config = cv.read_config(st.config_path, missing_ok=True)
+    config = config_files.read_config(st.config_path, missing_ok=True)
     current = cv.current_number(listing, config)
     out.rows(
         (v.row(v.number == current) for v in listing.versions),

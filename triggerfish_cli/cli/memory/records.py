@@ -20,7 +20,9 @@ from triggerfish_cli.cli.options import (
     fmt_value,
     taint_level,
 )
+from triggerfish_cli.cli.output import Column, text_column
 from triggerfish_cli.errors import UsageError
+from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory.keys import DEFAULT_AGENT
 
 if TYPE_CHECKING:
@@ -49,8 +51,6 @@ def _with_marks(row: dict[str, Any]) -> str:
 
 
 def _columns(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
-    from triggerfish_cli.cli.output import Column
-
     shown = ([("agent", "agent")] if agent else []) + list(fields)
     return [Column(name, header, kind="text" if name == "tags" else "") for name, header in shown]
 
@@ -81,9 +81,6 @@ def search_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Full-text search (stemmed) over key, content and tags, best first."""
-    from triggerfish_cli.cli.output import Column, text_column
-    from triggerfish_cli.memory import records as memory
-
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     who = resolve_agent(agent, all_agents)
@@ -132,8 +129,6 @@ def get_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """The highest visible version of one memory (exit 3 if none is visible)."""
-    from triggerfish_cli.memory import records as memory
-
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     found = memory.get_memory(
@@ -159,9 +154,6 @@ def list_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every visible memory (the version get would return), by agent and key."""
-    from triggerfish_cli.cli.output import Column, text_column
-    from triggerfish_cli.memory import records as memory
-
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     who = resolve_agent(agent, all_agents)
@@ -196,8 +188,6 @@ def save_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Save a memory at exactly the taint's level (keeps createdAt, revives a deleted key)."""
-    from triggerfish_cli.memory import records as memory
-
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     if content is None or content == "-":
@@ -231,8 +221,6 @@ def delete_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Soft-delete a memory at exactly the taint's level (kept in the store for audit)."""
-    from triggerfish_cli.memory import records as memory
-
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     level, who, provider = taint_level(taint), agent or DEFAULT_AGENT, st.provider()
@@ -258,9 +246,6 @@ def history_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every version of a key at visible levels, soft-deleted ones included."""
-    from triggerfish_cli.cli.output import Column, text_column
-    from triggerfish_cli.memory import records as memory
-
     st = state(ctx)
     out = st.output(fmt_value(fmt))
     who = resolve_agent(agent, all_agents)

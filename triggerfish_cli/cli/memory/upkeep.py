@@ -21,6 +21,7 @@ from triggerfish_cli.cli.options import (
     fmt_value,
     taint_level,
 )
+from triggerfish_cli.cli.output import Column
 
 
 @app.command("stats")
@@ -36,8 +37,7 @@ def stats_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Counts per agent and visible level, soft-deleted and malformed records, index drift."""
-    from triggerfish_cli.cli.output import Column
-    from triggerfish_cli.memory import upkeep as memory
+    from triggerfish_cli.memory import upkeep as memory  # lazy: 3.7 ms of `memory list`
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -92,7 +92,7 @@ def reindex_cmd(
     saved without our tool (cron and trigger runs, the gateway on Postgres) and drops
     stale and orphaned rows. Use --taint RESTRICTED to rebuild every level.
     """
-    from triggerfish_cli.memory import upkeep as memory
+    from triggerfish_cli.memory import upkeep as memory  # lazy: 3.7 ms of `memory list`
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -135,7 +135,7 @@ def purge_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Hard-delete soft-deleted memories at visible levels; nothing else is touched."""
-    from triggerfish_cli.memory import upkeep as memory
+    from triggerfish_cli.memory import upkeep as memory  # lazy: 3.7 ms of `memory list`
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)

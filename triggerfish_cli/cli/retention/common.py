@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
+from triggerfish_cli import namespaces
 from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.options import sub_app
 from triggerfish_cli.errors import UsageError
-
-if TYPE_CHECKING:
-    from triggerfish_cli.retention.policies import Policies
+from triggerfish_cli.retention.policies import Policies, policies_from_settings
+from triggerfish_cli.serialization import utc_now
+from triggerfish_cli.timespec import parse_moment
 
 app = sub_app(
     "retention",
@@ -43,14 +44,10 @@ AsOfOpt = Annotated[
 
 
 def policies_of(st: AppState) -> Policies:
-    from triggerfish_cli.retention.policies import policies_from_settings
-
     return policies_from_settings(st.settings())
 
 
 def only_of(names: list[str] | None) -> set[str] | None:
-    from triggerfish_cli import namespaces
-
     if not names:
         return None
     found = set()
@@ -63,9 +60,6 @@ def only_of(names: list[str] | None) -> set[str] | None:
 
 
 def as_of_time(text: str | None, *, future: bool) -> datetime:
-    from triggerfish_cli.serialization import utc_now
-    from triggerfish_cli.timespec import parse_moment
-
     now = utc_now()
     if text is None:
         return now

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
+from triggerfish_cli.cli.output import Column, Output, human_bytes, text_column
+from triggerfish_cli.serialization import to_iso
+
 if TYPE_CHECKING:
-    from triggerfish_cli.cli.output import Output
     from triggerfish_cli.retention.plan import Plan
 
 
 def plan_rows(out: Output, plan: Plan) -> None:
-    from triggerfish_cli.cli.output import Column, human_bytes, text_column
-
     out.rows(
         (ns_plan.as_row() for ns_plan in plan.namespaces.values()),
         [
@@ -45,9 +45,6 @@ def key_rows(plan: Plan) -> Iterator[dict[str, Any]]:
 
 
 def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
-    from triggerfish_cli.cli.output import Column, human_bytes, text_column
-    from triggerfish_cli.serialization import to_iso
-
     if list_keys:
         out.rows(
             key_rows(plan),
@@ -70,8 +67,6 @@ def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
 
 def brief(out: Output, plan: Plan) -> None:
     """What the sweep is about to do, on stderr, before asking."""
-    from triggerfish_cli.cli.output import human_bytes
-
     for ns_plan in plan.namespaces.values():
         if ns_plan.actions:
             trims = f", trim {ns_plan.trims}" if ns_plan.trims else ""
@@ -82,8 +77,6 @@ def brief(out: Output, plan: Plan) -> None:
 
 
 def report(out: Output, summary: dict[str, Any]) -> None:
-    from triggerfish_cli.cli.output import Column, human_bytes
-
     if out.quiet:
         return
     if out.fmt in ("json", "jsonl"):

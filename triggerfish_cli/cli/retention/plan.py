@@ -17,6 +17,7 @@ from triggerfish_cli.cli.retention.common import (
     policies_of,
 )
 from triggerfish_cli.cli.retention.output import show_plan
+from triggerfish_cli.retention.sweep import read_plan
 
 
 @app.command("plan")
@@ -39,8 +40,6 @@ def plan_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """What a sweep would do now, per namespace (count, bytes, oldest, rule). Writes nothing."""
-    from triggerfish_cli.retention.sweep import read_plan
-
     st = state(ctx)
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=True)

@@ -6,6 +6,7 @@ import typer
 
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.output import Column, text_column
 from triggerfish_cli.cli.retention.common import (
     app,
     policies_of,
@@ -15,8 +16,6 @@ from triggerfish_cli.cli.retention.common import (
 @app.command("policies")
 def policies_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """The effective policy of every namespace, and where it comes from."""
-    from triggerfish_cli.cli.output import Column, text_column
-
     st = state(ctx)
     policies = policies_of(st)
     out = st.output(fmt_value(fmt))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated
@@ -21,14 +23,18 @@ from triggerfish_cli.cli.retention.common import (
     policies_of,
 )
 from triggerfish_cli.cli.retention.output import brief, report, show_plan
+from triggerfish_cli.retention.sweep import (
+    Pacing,
+    apply_plan,
+    check_limit,
+    read_plan,
+    sweep_lock,
+)
 
 
 @contextmanager
 def _sigterm_interrupts() -> Iterator[None]:
     """Turn SIGTERM (`kill`) into KeyboardInterrupt: the batch rolls back, audit, exit 130."""
-    import signal
-    import threading
-
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -100,14 +106,6 @@ def sweep_cmd(
     kill leaves the store consistent; the next sweep finishes the job. One
     audit record per sweep. --dry-run prints the plan.
     """
-    from triggerfish_cli.retention.sweep import (
-        Pacing,
-        apply_plan,
-        check_limit,
-        read_plan,
-        sweep_lock,
-    )
-
     st = state(ctx)
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=False)

@@ -1,268 +1,40 @@
-"""``status --check``: thresholds over what ``status`` reads, as a Nagios/Icinga plugin.
-
-Each check gives one :class:`Finding`: its name, a state (``OK``,
-``WARNING``, ``CRITICAL``, ``UNKNOWN``), a one-line message, the value it
-measured and its limits. The checks:
-
-- ``backup_age``: the age of the newest *verified* backup of this store (its
-  manifest's creation time; verified: ``backup verify`` recorded a pass for
-  that very archive) in the backup destination; none at all counts as older
-  than any limit;
-- ``sweep_age``: the time since the last *successful* ``retention sweep``
-  (the newest sweep audit record without an error and not interrupted);
-  none recorded counts as older than any limit;
-- ``wal_size``: the size of the SQLite store's ``-wal`` file (other
-  backends have none: OK);
-- ``index_drift``: memory index entries to fix (missing, stale and orphaned
-  together, as ``memory reindex --dry-run`` counts them);
-- ``config_versions``: stored versions of triggerfish.yaml, alerting when
-  *fewer* than the limit are held;
-- ``backup_destination``: the destination can be reached: a local directory
-  that exists and that we may write into, or an S3 prefix we can list
-  (CRITICAL when unreachable; UNKNOWN for any other error).
-
-A limit is ``WARN[:CRIT]``: durations in the project's grammar (``26h:50h``,
-``timespec``), sizes (``64MiB:256MiB``), counts (``0:100``). A value above
-WARN (below, for ``config_versions``) is a warning, above CRIT critical; a
-limit without CRIT never becomes critical, and ``off`` turns a check off.
-Limits come from the ``checks:`` section of triggerfish.yaml, overridden by
-the command's flags, over the defaults in :data:`CHECKS`.
-
-The overall state is the worst finding: CRITICAL, then WARNING, then
-UNKNOWN, then OK (nagios-plugins' ``max_state_alt``); the exit code is the
-plugin convention's 0, 1, 2, 3. A store that does not exist is UNKNOWN. The
-checks only read: nothing is written to the store or the destination.
-"""
+"""The checks of ``status --check`` and their findings (see the package's docstring)."""
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import InvalidDataError, TriggerfishError, UsageError
+from triggerfish_cli.backup.destinations import open_destination
+from triggerfish_cli.backup.stores import ref_of, same_store
+from triggerfish_cli.checks.limits import (
+    COUNT,
+    CRITICAL,
+    DURATION,
+    EXIT_CODES,
+    OK,
+    SEVERITY,
+    SIZE,
+    UNKNOWN,
+    Limit,
+    Thresholds,
+    show,
+    show_age,
+)
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    TriggerfishError,
+)
+from triggerfish_cli.paths import store_backups_dir
+from triggerfish_cli.serialization import parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.status import SWEEP_HOOK, collect
 from triggerfish_cli.storage.provider import StorageProvider
-
-OK, WARNING, CRITICAL, UNKNOWN = "OK", "WARNING", "CRITICAL", "UNKNOWN"
-EXIT_CODES = {OK: 0, WARNING: 1, CRITICAL: 2, UNKNOWN: 3}
-#: Worst first (nagios-plugins' max_state_alt).
-SEVERITY = (CRITICAL, WARNING, UNKNOWN, OK)
-
-DURATION, SIZE, COUNT = "duration", "size", "count"
-
-
-@dataclass(frozen=True)
-class CheckSpec:
-    kind: str
-    default: str
-    #: Alert when the value is *below* the limits (config versions), not above.
-    below: bool = False
-
-
-#: Every check with a limit: its kind and default (``status --check`` with no flags).
-CHECKS: dict[str, CheckSpec] = {
-    "backup_age": CheckSpec(DURATION, "26h:50h"),
-    "sweep_age": CheckSpec(DURATION, "26h:50h"),
-    "wal_size": CheckSpec(SIZE, "64MiB:256MiB"),
-    "index_drift": CheckSpec(COUNT, "0:100"),
-    "config_versions": CheckSpec(COUNT, "1", below=True),
-}
-#: The ``checks:`` keys besides the limits.
-OTHER_KEYS = ("backups", "endpoint_url")
-OFF_WORDS = ("off", "none", "false", "no")
-
-
-# -- limits ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Limit:
-    """``WARN[:CRIT]`` of one check (seconds, bytes or a count)."""
-
-    warning: float | None
-    critical: float | None
-    kind: str = COUNT
-    below: bool = False
-
-    @classmethod
-    def parse(cls, text: str, kind: str, *, below: bool = False, where: str = "") -> Limit:
-        where = f"{where}: " if where else ""
-        parts = str(text).strip().split(":")
-        if len(parts) > 2 or not parts[0]:
-            raise UsageError(f"{where}{text!r} is not WARN[:CRIT] (e.g. {_EXAMPLES[kind]})")
-        try:
-            warning = _number(parts[0], kind)
-            critical = _number(parts[1], kind) if len(parts) == 2 and parts[1] else None
-        except ValueError as exc:
-            raise UsageError(f"{where}{exc}") from None
-        if critical is not None and (critical > warning if below else critical < warning):
-            order = "at most" if below else "at least"
-            raise UsageError(f"{where}{text!r}: CRIT must be {order} WARN")
-        return cls(warning, critical, kind, below)
-
-    def state(self, value: float) -> str:
-        """The state of ``value`` (math.inf: never happened, older than any limit)."""
-        if self.below:
-            if self.critical is not None and value < self.critical:
-                return CRITICAL
-            return WARNING if self.warning is not None and value < self.warning else OK
-        if self.critical is not None and value > self.critical:
-            return CRITICAL
-        return WARNING if self.warning is not None and value > self.warning else OK
-
-    def worst(self) -> str:
-        """The state of a value past every limit (a thing that never happened)."""
-        return CRITICAL if self.critical is not None else WARNING
-
-    def describe(self) -> str:
-        below = "below " if self.below else ""
-        text = f"warn {below}{_bound(self.warning, self.kind)}"
-        if self.critical is not None:
-            text += f", crit {below}{_bound(self.critical, self.kind)}"
-        return text
-
-
-def _bound(value: float | None, kind: str) -> str:
-    """A limit as the operator writes it (``26h``, not ``1d2h``)."""
-    if kind == DURATION and value is not None:
-        from datetime import timedelta
-
-        from triggerfish_cli.timespec import format_duration
-
-        return format_duration(timedelta(seconds=value))
-    return show(value, kind)
-
-
-_EXAMPLES = {DURATION: "26h:50h", SIZE: "64MiB:256MiB", COUNT: "0:100"}
-
-
-def _number(text: str, kind: str) -> float:
-    if kind == DURATION:
-        from triggerfish_cli.timespec import parse_duration
-
-        return parse_duration(text).total_seconds()
-    if kind == SIZE:
-        from triggerfish_cli.timespec import parse_size
-
-        return float(parse_size(text))
-    cleaned = text.strip()
-    if not cleaned.isdigit():
-        raise ValueError(f"{text!r} is not a whole number")
-    return float(cleaned)
-
-
-def show(value: float | None, kind: str) -> str:
-    """A measured value or a limit, in the unit of its kind."""
-    if value is None:
-        return "none"
-    if kind == DURATION:
-        return _age(value)
-    if kind == SIZE:
-        from triggerfish_cli.timespec import format_size
-
-        return format_size(int(value))
-    return str(int(value))
-
-
-def _age(seconds: float) -> str:
-    """``30h``, ``2h5m``, ``4d6h``, ``45m``, ``30s``: at most two whole units, hours up to 3 days
-    (so that it reads beside limits such as ``26h``)."""
-    seconds = max(int(seconds), 0)
-    units = (("d", 86400), ("h", 3600)) if seconds >= 3 * 86400 else (("h", 3600), ("m", 60))
-    if seconds < 3600:
-        units = (("m", 60), ("s", 1))
-    parts: list[str] = []
-    for unit, size in units:
-        count, seconds = divmod(seconds, size)
-        if count or (not parts and unit == units[-1][0]):
-            parts.append(f"{count}{unit}")
-    return "".join(parts) or "0s"
-
-
-@dataclass
-class Thresholds:
-    """The limit of each check (None: that check is off) and the destination to check."""
-
-    limits: dict[str, Limit | None]
-    #: A directory or s3://bucket/prefix; None: the default (<base>/backups/store).
-    backups: str | None = None
-    endpoint_url: str | None = None
-
-
-def _limit(name: str, raw: Any, where: str) -> Limit | None:
-    spec = CHECKS[name]
-    if raw is False or (isinstance(raw, str) and raw.strip().lower() in OFF_WORDS):
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-        raise UsageError(f"{where}: {raw!r} is not WARN[:CRIT] or off")
-    text = str(int(raw)) if isinstance(raw, float) and raw.is_integer() else str(raw)
-    return Limit.parse(text, spec.kind, below=spec.below, where=where)
-
-
-def check_section(section: Any, config_path: Path) -> None:
-    """Validator of ``checks:`` for ``settings.OUR_SECTIONS``."""
-    thresholds(section, {}, config_path)
-
-
-def thresholds(
-    section: Any,
-    flags: Mapping[str, str | None],
-    config_path: Path | None = None,
-) -> Thresholds:
-    """The defaults, then the ``checks:`` section, then the flags (each given one wins)."""
-    limits: dict[str, Limit | None] = {
-        name: Limit.parse(spec.default, spec.kind, below=spec.below)
-        for name, spec in CHECKS.items()
-    }
-    where = f"{config_path}: checks" if config_path is not None else "checks"
-    found = Thresholds(limits)
-    if section is not None:
-        if not isinstance(section, Mapping):
-            raise InvalidDataError(f"{where}: must be a mapping")
-        known = (*CHECKS, *OTHER_KEYS)
-        unknown = sorted(str(key) for key in section if key not in known)
-        if unknown:
-            raise InvalidDataError(
-                f"{where}.{unknown[0]}: unknown setting (known: {', '.join(known)})"
-            )
-        for name in CHECKS:
-            if name in section:
-                try:
-                    limits[name] = _limit(name, section[name], f"{where}.{name}")
-                except UsageError as exc:
-                    raise InvalidDataError(exc.message) from None
-        for name in OTHER_KEYS:
-            value = section.get(name)
-            if value is not None and (not isinstance(value, str) or not value.strip()):
-                raise InvalidDataError(f"{where}.{name}: must be a string, not {value!r}")
-        if section.get("backups"):
-            found.backups = _relative(section["backups"], config_path)
-        found.endpoint_url = section.get("endpoint_url") or None
-    for name, raw in flags.items():
-        if raw is None:
-            continue
-        if name in CHECKS:
-            limits[name] = _limit(name, raw, "--" + name.replace("_", "-"))
-        elif name == "backups":
-            found.backups = raw
-        elif name == "endpoint_url":
-            found.endpoint_url = raw
-        else:
-            raise KeyError(name)
-    return found
-
-
-def _relative(text: str, config_path: Path | None) -> str:
-    """A directory relative to the config file's directory (an s3:// URL as it is)."""
-    if "://" in text or config_path is None:
-        return text
-    path = Path(text).expanduser()
-    return str(path if path.is_absolute() else config_path.parent / path)
-
 
 # -- findings ----------------------------------------------------------------------------
 
@@ -385,9 +157,6 @@ def run_checks(
     now: datetime | None = None,
 ) -> CheckReport:
     """Every check that is on, over the store ``config`` names (opened by ``opener``)."""
-    from triggerfish_cli.serialization import utc_now
-    from triggerfish_cli.status import collect
-
     now = now or utc_now()
     report = collect(config, opener, base=base)
     store = {
@@ -435,12 +204,6 @@ def _destination(
     provider: StorageProvider, limits: Thresholds
 ) -> tuple[Finding, list[_Backup] | None]:
     """Whether the backup destination can be reached, and this store's backups there."""
-    from triggerfish_cli.backup.destinations import open_destination
-    from triggerfish_cli.backup.stores import ref_of, same_store
-    from triggerfish_cli.errors import BackendUnavailableError
-    from triggerfish_cli.paths import store_backups_dir
-    from triggerfish_cli.serialization import parse_iso
-
     spec = limits.backups
     check = "backup_destination"
     where = spec or str(store_backups_dir())
@@ -504,15 +267,13 @@ def _backup_age(
     newest = max(verified, key=lambda b: (b.created, b.name))
     assert newest.created is not None
     age = round((now - newest.created).total_seconds(), 3)
-    return evaluate(check, age, limit, f"newest verified backup {_age(age)} old ({newest.name})")
+    return evaluate(
+        check, age, limit, f"newest verified backup {show_age(age)} old ({newest.name})"
+    )
 
 
 def last_good_sweep(provider: StorageProvider) -> dict[str, Any] | None:
     """The newest sweep audit record that records no error and no interruption."""
-    import json
-
-    from triggerfish_cli.status import SWEEP_HOOK
-
     keys = [
         key
         for key in provider.scan_keys("audit:", batch_size=5000)
@@ -530,8 +291,6 @@ def last_good_sweep(provider: StorageProvider) -> dict[str, Any] | None:
 
 
 def _sweep_age(limit: Limit, provider: StorageProvider, now: datetime) -> Finding:
-    from triggerfish_cli.serialization import parse_iso
-
     check = "sweep_age"
     try:
         record = last_good_sweep(provider)
@@ -543,7 +302,7 @@ def _sweep_age(limit: Limit, provider: StorageProvider, now: datetime) -> Findin
     if when is None:
         return _unknown(check, limit, f"{record['key']}: no time in the record")
     age = round((now - when).total_seconds(), 3)
-    return evaluate(check, age, limit, f"last successful sweep {_age(age)} ago")
+    return evaluate(check, age, limit, f"last successful sweep {show_age(age)} ago")
 
 
 def _wal_size(limit: Limit, report: Any, notes: Sequence[str]) -> Finding:
