@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 
 from tests.conftest import CliFn
-from triggerfish_cli.cli.output import (
-    FIRST_PAGE,
+from triggerfish_cli.cli.output import Output
+from triggerfish_cli.cli.output.table import FIRST_PAGE
+from triggerfish_cli.cli.output.text import (
     Column,
-    Output,
     TableOptions,
     csv_cell,
     display_width,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from tests.helpers.terminal import SCRIPT, environment, run_in_terminal
-from triggerfish_cli.cli.output import display_width
+from triggerfish_cli.cli.output.text import display_width
 
 pytestmark = pytest.mark.slow
 

@@ -87,7 +87,8 @@ class AppState:
             self._providers.pop().close()
 
     def output(self, fmt: str | None = None, quiet: bool | None = None) -> Output:
-        from triggerfish_cli.cli.output import Output, TableOptions, parse_columns
+        from triggerfish_cli.cli.output import Output
+        from triggerfish_cli.cli.output.text import TableOptions, parse_columns
 
         return Output(
             fmt or self.fmt,

@@ -138,7 +138,7 @@ def _report_plan(out: Any, prepared: Any) -> None:
 
 
 def _report_result(out: Any, result: Any) -> None:
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output.text import Column
 
     document = result.as_dict()
     if out.fmt != "table":

@@ -9,7 +9,8 @@ import typer
 from triggerfish_cli.cli.backup.options import EndpointOpt
 from triggerfish_cli.cli.context import AppState, state
 from triggerfish_cli.cli.options import FormatOpt, fmt_value
-from triggerfish_cli.cli.output import Column, Output, human_bytes
+from triggerfish_cli.cli.output import Output
+from triggerfish_cli.cli.output.text import Column, human_bytes
 
 HELP = (
     "Which store am I on, and who else is on it. Reads only.\n\n"

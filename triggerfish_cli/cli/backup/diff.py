@@ -24,7 +24,7 @@ from triggerfish_cli.cli.options import (
     QuietOpt,
     fmt_value,
 )
-from triggerfish_cli.cli.output import Column, safe
+from triggerfish_cli.cli.output.text import Column, safe
 from triggerfish_cli.errors import UsageError
 
 if TYPE_CHECKING:

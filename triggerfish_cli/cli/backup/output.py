@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from triggerfish_cli.cli.output import Column, Output, human_bytes, safe, text_column
+from triggerfish_cli.cli.output import Output
+from triggerfish_cli.cli.output.text import Column, human_bytes, safe, text_column
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup.dest import Entry

@@ -76,7 +76,7 @@ def diff_cmd(
 def _show_diff(
     out: Output, text_a: str, text_b: str, a: tuple[str, str], b: tuple[str, str]
 ) -> None:
-    from triggerfish_cli.cli.output import Column
+    from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.config import diff as config_diff
 
     (name_a, label_a), (name_b, label_b) = a, b

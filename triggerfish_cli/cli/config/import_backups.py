@@ -40,7 +40,7 @@ def import_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Import the gateway's backups/triggerfish.yaml.<time> copies as versions, oldest first."""
-    from triggerfish_cli.cli.output import Column, text_column
+    from triggerfish_cli.cli.output.text import Column, text_column
     from triggerfish_cli.config import import_backups as config_import
 
     st = state(ctx)

@@ -65,7 +65,7 @@ def snapshot_cmd(
 @app.command("history")
 def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """Every stored version, oldest first, and which one the file on disk is."""
-    from triggerfish_cli.cli.output import Column, human_bytes, text_column
+    from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
     from triggerfish_cli.config import files as config_files
     from triggerfish_cli.config import versions as cv
 

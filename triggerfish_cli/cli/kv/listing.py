@@ -29,7 +29,7 @@ def namespaces_cmd(
 ) -> None:
     """Every namespace present, with key count and total value bytes."""
     from triggerfish_cli import kv
-    from triggerfish_cli.cli.output import Column, human_bytes, text_column
+    from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
@@ -96,7 +96,7 @@ def list_cmd(
     from itertools import islice
 
     from triggerfish_cli import kv, namespaces
-    from triggerfish_cli.cli.output import Column, json_text
+    from triggerfish_cli.cli.output.text import Column, json_text
     from triggerfish_cli.storage.provider import value_size
 
     st = state(ctx)

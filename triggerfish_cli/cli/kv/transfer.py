@@ -40,7 +40,8 @@ def export_cmd(
     (table, the default, means JSON Lines here). `kv import` reads all three back.
     """
     from triggerfish_cli import kv
-    from triggerfish_cli.cli.output import Column, Output
+    from triggerfish_cli.cli.output import Output
+    from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.fileio import atomic_writer
 
     st = state(ctx)

@@ -20,7 +20,7 @@ from triggerfish_cli.cli.options import (
     fmt_value,
     taint_level,
 )
-from triggerfish_cli.cli.output import Column, text_column
+from triggerfish_cli.cli.output.text import Column, text_column
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory.keys import DEFAULT_AGENT

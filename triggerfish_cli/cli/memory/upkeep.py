@@ -21,7 +21,7 @@ from triggerfish_cli.cli.options import (
     fmt_value,
     taint_level,
 )
-from triggerfish_cli.cli.output import Column
+from triggerfish_cli.cli.output.text import Column
 
 
 @app.command("stats")

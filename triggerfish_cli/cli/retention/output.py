@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from triggerfish_cli.cli.output import Column, Output, human_bytes, text_column
+from triggerfish_cli.cli.output import Output
+from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
 from triggerfish_cli.serialization import to_iso
 
 if TYPE_CHECKING:

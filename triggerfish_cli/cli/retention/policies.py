@@ -6,7 +6,7 @@ import typer
 
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import FormatOpt, fmt_value
-from triggerfish_cli.cli.output import Column, text_column
+from triggerfish_cli.cli.output.text import Column, text_column
 from triggerfish_cli.cli.retention.common import (
     app,
     policies_of,

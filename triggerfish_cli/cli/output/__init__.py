@@ -1,0 +1,48 @@
+"""All terminal output: tables, JSON, CSV, messages, prompts, progress.
+
+The only package that imports rich (for progress bars and coloured diffs),
+and only inside the functions that draw with it, so that a scripted call
+that prints JSON, a table or a raw value never pays for it. Results go to
+stdout; messages, warnings, prompts and progress go to stderr.
+
+The parts: ``text.py`` (columns, escaped text, widths, JSON and CSV cells),
+``table.py`` (the streaming table), and :class:`Output` built on
+``base.py`` (the streams and the terminal), ``messages.py`` (stderr:
+messages, prompts, progress) and ``results.py`` (stdout: rows, records,
+outcomes, diffs).
+
+Formats:
+
+- ``table``: aligned columns. Rows are written as they come, a page at a
+  time, so the first row appears at once and memory stays flat however many
+  rows there are; column widths come from the first page (and grow, never
+  shrink, on later pages). Identifiers (keys, namespaces, ids, file names,
+  times, levels, numbers) are never wrapped or cut. On a terminal the table
+  fits its width: free-text columns (descriptions, reasons, content) are cut
+  with ``…`` first, down to 12 characters; then whole columns are left out,
+  free-text ones first, then the others, the rightmost first, never the
+  first one; a table whose identifiers alone are wider than the terminal
+  runs over (the terminal wraps the line, no break is inserted). When a
+  later page needs more room than the first, columns give way again in the
+  same order and the header is repeated. Off a terminal nothing is cut or
+  left out. Either way: one header line (none with ``--no-headers``), then
+  one line per row, no rules, no blank lines, no spaces at line ends; the
+  totals line is shown on a terminal, or with ``--totals``. ``--wide`` shows
+  every column and cuts nothing; ``--columns a,b`` picks the columns (any
+  field of the JSON rows). Control characters in cells are shown escaped
+  (``\\x1b``, ``\\r``, ...), so a key can never drive the operator's
+  terminal. Messages (and lines of prose on stdout) are wrapped at spaces on
+  a terminal.
+- ``json``: one JSON document (a list of rows, or one object).
+- ``jsonl``: one JSON object per line.
+- ``csv``: a header line, then one line per row; booleans ``true``/``false``,
+  nested values as JSON text.
+"""
+
+from __future__ import annotations
+
+from triggerfish_cli.cli.output.results import Results
+
+
+class Output(Results):
+    """Writes one command's results in the chosen format."""
