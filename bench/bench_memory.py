@@ -69,7 +69,7 @@ def bench_search(path: object, count: int) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.memory.index import fts_query
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
     conn = provider.connection
@@ -115,7 +115,11 @@ EMPTY_INDEX = (
 def bench_reindex(path: object) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import upkeep as memory_upkeep
-    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import (
+        MEMORY_FTS_SQL,
+        MEMORY_META_SQL,
+        SqliteStorage,
+    )
 
     copy = scratch_copy(path, "memory-reindex-scratch.db")  # type: ignore[arg-type]
     raw = sqlite3.connect(copy, isolation_level=None)
@@ -159,7 +163,7 @@ def bench_list(path: object, repeat: int) -> None:
     from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.storage.provider import prefix_upper_bound
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
     conn = provider.connection
@@ -209,7 +213,11 @@ def bench_hidden_word(hidden: int, repeat: int) -> None:
     from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.serialization import dumps
-    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import (
+        MEMORY_FTS_SQL,
+        MEMORY_META_SQL,
+        SqliteStorage,
+    )
 
     path = DATA / f"memory-hidden-{hidden}.db"
     for suffix in ("", "-wal", "-shm"):

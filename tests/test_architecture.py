@@ -54,7 +54,7 @@ def test_core_never_prints_or_exits() -> None:
     for path in PACKAGE.rglob("*.py"):
         if "cli" in path.relative_to(PACKAGE).parts[:1] or path.name == "__main__.py":
             continue
-        if path.relative_to(PACKAGE).as_posix() == "storage/watchdog.py":
+        if path.relative_to(PACKAGE).as_posix() == "storage/sqlite/watchdog.py":
             continue  # a program of its own (the write gate's watchdog process)
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
@@ -101,14 +101,14 @@ def test_ruff_and_mypy_are_clean() -> None:
 
 #: Where SQLite write statements may appear outside a gated transaction, and why.
 PRIVATE_DATABASES = {
-    "storage/sqlite.py": "the backend itself: every write method goes through transaction()",
-    "storage/write_gate.py": "the gate itself (BEGIN IMMEDIATE / COMMIT)",
-    "storage/postgres.py": "Postgres: real concurrency control, no gate",
-    "storage/pg_lock.py": "Postgres advisory locks",
-    "memory/pg.py": "Postgres: real concurrency control, no gate",
+    "storage/sqlite/backend.py": "the backend itself: every write goes through transaction()",
+    "storage/sqlite/write_gate.py": "the gate itself (BEGIN IMMEDIATE / COMMIT)",
+    "storage/postgres/backend.py": "Postgres: real concurrency control, no gate",
+    "storage/postgres/lock.py": "Postgres advisory locks",
+    "storage/postgres/index.py": "Postgres: real concurrency control, no gate",
     "memory/index.py": "a private in-RAM FTS5 probe table (:memory:)",
     "backup/verify.py": "a private scratch copy of a backup being verified",
-    "backup/snapshot.py": "the backup's own copy file, written by SQLite's backup API",
+    "storage/sqlite/snapshot.py": "the backup's own copy file, written by SQLite's backup API",
 }
 WRITE_WORDS = ("BEGIN", "INSERT", "REPLACE", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
 #: Pragmas that change the file (the rest set up our own connection).
@@ -116,7 +116,7 @@ FILE_PRAGMAS = ("JOURNAL_MODE", "USER_VERSION", "APPLICATION_ID", "PAGE_SIZE", "
 GATED = {"transaction", "_transaction", "private_transaction"}
 #: Helpers that write on the connection their caller passes them: every call of
 #: one must itself sit inside a gated transaction (checked).
-GATED_HELPERS = {"memory/fts.py": {"_reindex_one"}}
+GATED_HELPERS = {"storage/sqlite/fts.py": {"_reindex_one"}}
 
 
 def _is_write(sql: str) -> bool:

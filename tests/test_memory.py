@@ -29,7 +29,7 @@ from triggerfish_cli.memory.keys import split_key
 from triggerfish_cli.memory.record import Malformed, MemoryRecord, parse_record
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 PUB, INT, CONF, RES = Level.PUBLIC, Level.INTERNAL, Level.CONFIDENTIAL, Level.RESTRICTED
 NOW = datetime(2026, 4, 1, 12, 0, tzinfo=timezone.utc)

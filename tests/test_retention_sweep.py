@@ -43,7 +43,7 @@ from triggerfish_cli.retention.sweep import (
 )
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 FAST = Pacing(min_pause=0, pause=0)
 ROOT = Path(__file__).resolve().parents[1]

@@ -29,7 +29,7 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.threads import background
 
 _MOD = 1 << 64

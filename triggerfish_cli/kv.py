@@ -376,7 +376,7 @@ def flat_memory(provider: StorageProvider) -> contextlib.AbstractContextManager[
     SQLite reads through its page cache instead of its memory map meanwhile
     (:meth:`SqliteStorage.unmapped`); other backends hold no map.
     """
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     if isinstance(provider, SqliteStorage):
         return provider.unmapped()

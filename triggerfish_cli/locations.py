@@ -30,7 +30,7 @@ from triggerfish_cli.storage.remote_settings import (
     parse_s3_url,
     split_postgres_url,
 )
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 MMAP_BYTES = 1 << 30
 #: File names that are SQLite stores without a directory in front of them.

@@ -72,7 +72,7 @@ from triggerfish_cli.locations import same_store
 from triggerfish_cli.serialization import dumps, loads, now_iso, parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import StorageProvider, batched
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.threads import Worker, prefetched
 
 PROGRESS_KEY = "tfadmin:migrate"

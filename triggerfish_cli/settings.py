@@ -13,13 +13,13 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
       busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
       live_writers: freeze     # sqlite: freeze | refuse | ignore (the write gate)
 
-    storage:                   # postgres (storage/postgres.py, remote_settings.py)
+    storage:                   # postgres (storage/postgres/backend.py, remote_settings.py)
       backend: postgres
       dsn: "host=db.internal dbname=triggerfish user=tf"   # never a password
       schema: triggerfish
       connect_timeout: 5
 
-    storage:                   # s3 (storage/s3.py); credentials: the AWS chain
+    storage:                   # s3 (storage/s3/backend.py); credentials: the AWS chain
       backend: s3
       bucket: acme-triggerfish
       prefix: prod/
@@ -175,7 +175,7 @@ def _sqlite_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
             section["busy_timeout_ms"], "storage.busy_timeout_ms"
         )
     if "live_writers" in section:
-        from triggerfish_cli.storage.write_gate import MODES
+        from triggerfish_cli.storage.sqlite.write_gate import MODES
 
         mode = section["live_writers"]
         if mode not in MODES:

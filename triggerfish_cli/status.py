@@ -185,7 +185,7 @@ def _sqlite_parts(report: StatusReport, provider: Any) -> None:
         report.notes.append(loose)
 
     def writers() -> list[dict[str, Any]]:
-        from triggerfish_cli.storage.live_writers import live_writers
+        from triggerfish_cli.storage.sqlite.live_writers import live_writers
 
         return [writer.as_dict() for writer in live_writers(path)]
 
@@ -235,7 +235,7 @@ def daemon_state(path: Path) -> dict[str, Any]:
         )
         pid = data.get("pid")
         state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-    from triggerfish_cli.storage.live_writers import process_table
+    from triggerfish_cli.storage.sqlite.live_writers import process_table
 
     table = process_table()
     processes: set[int] = set()

@@ -24,8 +24,8 @@ def open_destination(
         return LocalDestination(store_backups_dir(), create=create)
     text = str(spec)
     if text.lower().startswith("s3://"):
-        from triggerfish_cli.backup.s3 import S3Destination
         from triggerfish_cli.storage.factory import missing_extra
+        from triggerfish_cli.storage.s3.destination import S3Destination
 
         try:
             return S3Destination.from_url(text, endpoint_url=endpoint_url, sse=sse)

@@ -210,7 +210,7 @@ def set_identity(scratch: Path, store_id: str | None) -> None:
     back into it before the swap, and fsynced (``synchronous=FULL``).
     """
     from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
-    from triggerfish_cli.storage.sqlite import private_transaction
+    from triggerfish_cli.storage.sqlite.backend import private_transaction
 
     with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
         present = conn.execute(
@@ -241,7 +241,7 @@ def _audit_file(
 ) -> None:
     """The audit record of a restore, in the store it produced (best effort: it is done)."""
     from triggerfish_cli import audit
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     with contextlib.suppress(TriggerfishError):
         store = SqliteStorage(db)
@@ -391,7 +391,7 @@ def load_mode(
     if replace:
         writers = [] if force else provider.live_writers()
         if writers:
-            from triggerfish_cli.storage.live_writers import describe_writers
+            from triggerfish_cli.storage.sqlite.live_writers import describe_writers
 
             raise BusyError(
                 f"{provider.describe()}: --replace while live writers have the store open "
@@ -562,7 +562,7 @@ def _archive_rows(
 
     if manifest.kind == "physical":
         from triggerfish_cli.cells import decode_text
-        from triggerfish_cli.storage.sqlite import odd_rows
+        from triggerfish_cli.storage.sqlite.backend import odd_rows
 
         with contextlib.closing(sqlite3.connect(snapshot)) as conn:
             conn.text_factory = decode_text  # TEXT that is not UTF-8 too (cells.py)
@@ -589,7 +589,7 @@ def _load(
     """Load ``rows``; ``replace`` first deletes every key (``include``: those under
     the prefixes only)."""
     from triggerfish_cli.backup.include import target_keys
-    from triggerfish_cli.storage.sqlite import SqliteStorage, execute_rows, range_clause
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage, execute_rows, range_clause
 
     def advance(count: int) -> None:
         if on_progress is not None:

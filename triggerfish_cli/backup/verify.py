@@ -3,7 +3,7 @@
 One pass over the payload hashes it (sha256 against the manifest) while
 decompressing it: a physical backup into a scratch SQLite file that then
 passes SQLite's integrity check (``PRAGMA integrity_check``, in pieces on
-every core: storage/integrity.py), the FTS5 integrity check of the memory
+every core: storage/sqlite/integrity.py), the FTS5 integrity check of the memory
 index when the store has one, and the key counts per namespace and memories
 per level of the manifest; a logical backup line by line (valid JSON, keys
 strictly increasing, the same counts). The verdict is recorded beside the
@@ -38,7 +38,7 @@ from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
-from triggerfish_cli.storage import integrity
+from triggerfish_cli.storage.sqlite import integrity
 from triggerfish_cli.threads import cpu_workers
 
 
@@ -379,7 +379,7 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
 
 
 def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
-    """SQLite's integrity check in pieces on every core (storage/integrity.py), the
+    """SQLite's integrity check in pieces on every core (storage/sqlite/integrity.py), the
     other checks beside them."""
     problems, counts = integrity.check(
         snapshot, cpu_workers(), lambda: _check_rest(snapshot, manifest, result)

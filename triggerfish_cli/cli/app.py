@@ -264,7 +264,7 @@ def _complete_backend(incomplete: str) -> list[str]:
 
 
 def _complete_live_writers(incomplete: str) -> list[str]:
-    from triggerfish_cli.storage.write_gate import MODES
+    from triggerfish_cli.storage.sqlite.write_gate import MODES
 
     return [mode for mode in MODES if mode.startswith(incomplete)]
 
@@ -399,7 +399,7 @@ def root(
     8 invalid data or config, 9 cannot write (disk full, read-only),
     130 interrupted.
     """
-    from triggerfish_cli.storage.write_gate import choose_mode
+    from triggerfish_cli.storage.sqlite.write_gate import choose_mode
 
     choose_mode(live_writers)
     st = state(ctx)

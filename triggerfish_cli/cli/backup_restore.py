@@ -22,7 +22,7 @@ def target_store(st: AppState, target: Path | None) -> StoreRef:
     from triggerfish_cli.cli.backup_options import this_store
     from triggerfish_cli.errors import MissingStoreError
     from triggerfish_cli.settings import StorageConfig
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     if target is None:
         config = st.storage_config()
@@ -190,7 +190,7 @@ def _logical(
         show_dry_run(store.source, "empty", None)
         return
     if target is not None:
-        from triggerfish_cli.storage.sqlite import SqliteStorage
+        from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
         # Key by key through the write gate, which pauses (or refuses) the live
         # writers for each short transaction: no need to refuse an open store.

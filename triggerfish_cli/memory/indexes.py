@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from triggerfish_cli.classification import Level
-from triggerfish_cli.memory.fts import ScanIndex
 from triggerfish_cli.memory.index import MemoryIndex
 from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.storage.sqlite.fts import ScanIndex
 
 #: backend name -> "module:function(provider) -> MemoryIndex", imported lazily.
 _INDEXES: dict[str, str] = {
-    "sqlite": "triggerfish_cli.memory.fts:for_sqlite",
-    "postgres": "triggerfish_cli.memory.pg:for_postgres",
+    "sqlite": "triggerfish_cli.storage.sqlite.fts:for_sqlite",
+    "postgres": "triggerfish_cli.storage.postgres.index:for_postgres",
 }
 
 

@@ -2,7 +2,7 @@
 
 The gateway sets no busy timeout: while we hold SQLite's write lock, its
 writes fail at once and are lost. So every batch is one write transaction
-through the store's write gate (SQLite: storage/write_gate.py), which pauses
+through the store's write gate (SQLite: storage/sqlite/write_gate.py), which pauses
 the live writers for the few milliseconds the batch holds the lock; the apply
 step
 
@@ -497,7 +497,7 @@ class _MemoryIndex:
 
     @classmethod
     def of(cls, provider: StorageProvider) -> _MemoryIndex | None:
-        from triggerfish_cli.storage.sqlite import MEMORY_INDEX_TABLES, SqliteStorage
+        from triggerfish_cli.storage.sqlite.backend import MEMORY_INDEX_TABLES, SqliteStorage
 
         if not isinstance(provider, SqliteStorage):
             return None
@@ -505,7 +505,7 @@ class _MemoryIndex:
 
     def delete_if_unchanged(self, items: Sequence[tuple[str, str]]) -> int:
         """Delete in one transaction; in halves when the write gate cut it short."""
-        from triggerfish_cli.storage.write_gate import FreezeTooLong, retried
+        from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, retried
 
         if len(items) <= 1:
             return retried(lambda: self._delete(items))

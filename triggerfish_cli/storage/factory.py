@@ -38,8 +38,8 @@ from triggerfish_cli.storage.provider import StorageProvider
 _OPENERS: dict[str, str] = {
     "sqlite": "triggerfish_cli.storage.factory:_open_sqlite",
     "memory": "triggerfish_cli.storage.factory:_open_memory",
-    "postgres": "triggerfish_cli.storage.postgres:open_config",
-    "s3": "triggerfish_cli.storage.s3:open_config",
+    "postgres": "triggerfish_cli.storage.postgres.backend:open_config",
+    "s3": "triggerfish_cli.storage.s3.backend:open_config",
 }
 
 #: Python modules of the optional extras: module -> (what it supports, extra).
@@ -167,7 +167,7 @@ def _missing_message(message: str, config: StorageConfig) -> str:
 
 
 def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
-    from triggerfish_cli.storage.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import DEFAULT_BUSY_TIMEOUT_MS, SqliteStorage
 
     assert config.path is not None
     return SqliteStorage(

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
-    from triggerfish_cli.storage.write_gate import WriteGate
+    from triggerfish_cli.storage.sqlite.write_gate import WriteGate
 
 _T = TypeVar("_T")
 
@@ -171,7 +171,7 @@ class StorageProvider(Protocol):
 
     def live_writers(self) -> builtins.list[Any]:
         """Other processes writing this store that our writes must pause (SQLite: the
-        gateway's, see storage/live_writers.py); empty where the backend has real
+        gateway's, see storage/sqlite/live_writers.py); empty where the backend has real
         concurrency control."""
         ...
 
@@ -182,7 +182,7 @@ class StorageProvider(Protocol):
     @property
     def write_gate(self) -> WriteGate | None:
         """The write gate every write transaction passes (SQLite: it pauses the live
-        writers meanwhile, storage/write_gate.py); None where the backend has real
+        writers meanwhile, storage/sqlite/write_gate.py); None where the backend has real
         concurrency control."""
         ...
 

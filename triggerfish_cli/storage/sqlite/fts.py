@@ -60,7 +60,7 @@ from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.sqlite import (
+from triggerfish_cli.storage.sqlite.backend import (
     KV_SCHEMA,
     MEMORY_FTS_SQL,
     MEMORY_META_SQL,
@@ -70,7 +70,7 @@ from triggerfish_cli.storage.sqlite import (
     private_transaction,
     translate_error,
 )
-from triggerfish_cli.storage.write_gate import WriteGate, retried
+from triggerfish_cli.storage.sqlite.write_gate import WriteGate, retried
 
 # The gateway's index statements (src/tools/memory/search/search_fts5.ts), verbatim.
 DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
@@ -624,8 +624,8 @@ class ScanIndex:
         agent asked for) are fetched, so what lies above the taint is neither
         read nor indexed; scores come from each row alone (``rank_score``).
         """
-        from triggerfish_cli.memory.fts import Fts5Index, in_memory_copy
         from triggerfish_cli.memory.keys import agent_prefix, split_key, visible_levels
+        from triggerfish_cli.storage.sqlite.fts import Fts5Index, in_memory_copy
 
         levels = set(visible_levels(request.taint))
         keys = [

@@ -57,7 +57,7 @@ from urllib.parse import quote
 
 from triggerfish_cli.backup.archive import CHUNK, read_chunks
 from triggerfish_cli.storage.kept_files import kept
-from triggerfish_cli.storage.sqlite import MMAP_SIZE, SqliteStorage, translate_error
+from triggerfish_cli.storage.sqlite.backend import MMAP_SIZE, SqliteStorage, translate_error
 from triggerfish_cli.threads import Worker
 
 T = TypeVar("T")

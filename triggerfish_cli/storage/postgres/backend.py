@@ -668,8 +668,8 @@ class PostgresStorage(BaseStorage):
         return answers
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
-        """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.pg_lock`)."""
-        from triggerfish_cli.storage.pg_lock import advisory_lock
+        """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.postgres.lock`)."""
+        from triggerfish_cli.storage.postgres.lock import advisory_lock
 
         def connect() -> psycopg.Connection[Any]:
             return self._connect(self._dsn, self._connect_timeout)

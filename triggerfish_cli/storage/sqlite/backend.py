@@ -39,7 +39,6 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.storage import kept_files, key_ranges
 from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
-from triggerfish_cli.storage.live_writers import LiveWriter, live_writers
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BaseStorage,
@@ -50,7 +49,8 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
-from triggerfish_cli.storage.write_gate import (
+from triggerfish_cli.storage.sqlite.live_writers import LiveWriter, live_writers
+from triggerfish_cli.storage.sqlite.write_gate import (
     ATTEMPTS,
     FreezeTooLong,
     WriteGate,
@@ -333,7 +333,7 @@ class SqliteStorage(BaseStorage):
 
         The only way this tool writes to a SQLite store: it passes the write
         gate, which keeps the live writers (the gateway) from writing while
-        we hold the lock (storage/write_gate.py). Interrupted (Ctrl-C) or
+        we hold the lock (storage/sqlite/write_gate.py). Interrupted (Ctrl-C) or
         failing, it rolls back and leaves the store as it was. Keep what runs
         inside short: the gateway is stopped meanwhile, and a transaction that
         would keep it stopped longer than the gate allows is rolled back
