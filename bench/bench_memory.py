@@ -115,11 +115,8 @@ EMPTY_INDEX = (
 def bench_reindex(path: object) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import upkeep as memory_upkeep
-    from triggerfish_cli.storage.sqlite.backend import (
-        MEMORY_FTS_SQL,
-        MEMORY_META_SQL,
-        SqliteStorage,
-    )
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import MEMORY_FTS_SQL, MEMORY_META_SQL
 
     copy = scratch_copy(path, "memory-reindex-scratch.db")  # type: ignore[arg-type]
     raw = sqlite3.connect(copy, isolation_level=None)
@@ -213,11 +210,8 @@ def bench_hidden_word(hidden: int, repeat: int) -> None:
     from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.serialization import dumps
-    from triggerfish_cli.storage.sqlite.backend import (
-        MEMORY_FTS_SQL,
-        MEMORY_META_SQL,
-        SqliteStorage,
-    )
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import MEMORY_FTS_SQL, MEMORY_META_SQL
 
     path = DATA / f"memory-hidden-{hidden}.db"
     for suffix in ("", "-wal", "-shm"):

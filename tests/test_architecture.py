@@ -102,6 +102,9 @@ def test_ruff_and_mypy_are_clean() -> None:
 #: Where SQLite write statements may appear outside a gated transaction, and why.
 PRIVATE_DATABASES = {
     "storage/sqlite/backend.py": "the backend itself: every write goes through transaction()",
+    "storage/sqlite/session.py": "the backend's plumbing: a read transaction (BEGIN)",
+    "storage/sqlite/sql.py": "private_transaction itself (BEGIN IMMEDIATE), for private files",
+    "storage/sqlite/files.py": "WAL mode set on a store being made, before anyone else has it",
     "storage/sqlite/write_gate.py": "the gate itself (BEGIN IMMEDIATE / COMMIT)",
     "storage/postgres/backend.py": "Postgres: real concurrency control, no gate",
     "storage/postgres/lock.py": "Postgres advisory locks",

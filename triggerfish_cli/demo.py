@@ -641,11 +641,8 @@ def build_demo(
     for key, _value in rows:
         group = group_of(key)
         summary.counts[group] = summary.counts.get(group, 0) + 1
-    from triggerfish_cli.storage.sqlite.backend import (
-        MEMORY_FTS_SQL,
-        MEMORY_META_SQL,
-        SqliteStorage,
-    )
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import MEMORY_FTS_SQL, MEMORY_META_SQL
 
     progress.phase("writing", len(rows), unit="keys")
     written = _reported(rows, progress)

@@ -46,12 +46,9 @@ from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
-from triggerfish_cli.storage.sqlite.backend import (
-    SqliteStorage,
-    gap_clause,
-    range_clause,
-)
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.snapshot import stream_snapshot
+from triggerfish_cli.storage.sqlite.sql import gap_clause, range_clause
 from triggerfish_cli.threads import cpu_workers
 
 #: A test hook: seconds to sleep with the archive half written (kill -9 tests).

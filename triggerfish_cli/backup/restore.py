@@ -210,7 +210,7 @@ def set_identity(scratch: Path, store_id: str | None) -> None:
     back into it before the swap, and fsynced (``synchronous=FULL``).
     """
     from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
-    from triggerfish_cli.storage.sqlite.backend import private_transaction
+    from triggerfish_cli.storage.sqlite.sql import private_transaction
 
     with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
         present = conn.execute(
@@ -562,7 +562,7 @@ def _archive_rows(
 
     if manifest.kind == "physical":
         from triggerfish_cli.cells import decode_text
-        from triggerfish_cli.storage.sqlite.backend import odd_rows
+        from triggerfish_cli.storage.sqlite.sql import odd_rows
 
         with contextlib.closing(sqlite3.connect(snapshot)) as conn:
             conn.text_factory = decode_text  # TEXT that is not UTF-8 too (cells.py)
@@ -589,7 +589,8 @@ def _load(
     """Load ``rows``; ``replace`` first deletes every key (``include``: those under
     the prefixes only)."""
     from triggerfish_cli.backup.include import target_keys
-    from triggerfish_cli.storage.sqlite.backend import SqliteStorage, execute_rows, range_clause
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import execute_rows, range_clause
 
     def advance(count: int) -> None:
         if on_progress is not None:

@@ -497,7 +497,8 @@ class _MemoryIndex:
 
     @classmethod
     def of(cls, provider: StorageProvider) -> _MemoryIndex | None:
-        from triggerfish_cli.storage.sqlite.backend import MEMORY_INDEX_TABLES, SqliteStorage
+        from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+        from triggerfish_cli.storage.sqlite.sql import MEMORY_INDEX_TABLES
 
         if not isinstance(provider, SqliteStorage):
             return None

@@ -167,7 +167,8 @@ def _missing_message(message: str, config: StorageConfig) -> str:
 
 
 def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
-    from triggerfish_cli.storage.sqlite.backend import DEFAULT_BUSY_TIMEOUT_MS, SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
 
     assert config.path is not None
     return SqliteStorage(
@@ -182,4 +183,3 @@ def _open_memory(config: StorageConfig, create: bool) -> StorageProvider:
     from triggerfish_cli.storage.in_memory import MemoryStorage
 
     return MemoryStorage()
-

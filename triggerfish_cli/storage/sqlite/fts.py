@@ -60,11 +60,11 @@ from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.sqlite.backend import (
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.sql import (
     KV_SCHEMA,
     MEMORY_FTS_SQL,
     MEMORY_META_SQL,
-    SqliteStorage,
     lenient,
     odd_rows,
     private_transaction,

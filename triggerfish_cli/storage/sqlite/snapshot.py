@@ -57,7 +57,8 @@ from urllib.parse import quote
 
 from triggerfish_cli.backup.archive import CHUNK, read_chunks
 from triggerfish_cli.storage.kept_files import kept
-from triggerfish_cli.storage.sqlite.backend import MMAP_SIZE, SqliteStorage, translate_error
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.sql import MMAP_SIZE, translate_error
 from triggerfish_cli.threads import Worker
 
 T = TypeVar("T")
