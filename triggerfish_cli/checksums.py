@@ -29,7 +29,6 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
-from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.threads import background
 
 _MOD = 1 << 64
@@ -120,10 +119,7 @@ def namespace_sums(
         if on_key is not None:
             on_key(sum(s.count for s in sums.values()))
         return sums
-    if isinstance(provider, SqliteStorage):
-        return _stream_sums(provider.scan_stored(batch_size=batch_size), on_key)
-    rows = ((k, cells.raw_bytes(v)) for k, v in provider.scan(batch_size=batch_size))
-    return _stream_sums(rows, on_key)
+    return _stream_sums(provider.scan_stored(batch_size=batch_size), on_key)
 
 
 KeyRange = tuple[str | None, str | None, str | None]

@@ -171,10 +171,19 @@ def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
     from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
 
     assert config.path is not None
+    busy_timeout_ms = int(config.options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS))
+    if config.options.get("read_only"):  # opened with mode=ro: nothing in the file can change
+        return SqliteStorage(
+            # Absolute, so that a resumed run from another directory is the same source.
+            config.path.expanduser().absolute(),
+            busy_timeout_ms=busy_timeout_ms,
+            live_writers="refuse",  # read-only: it never writes
+            read_only=True,
+        )
     return SqliteStorage(
         config.path,
         create=create,
-        busy_timeout_ms=int(config.options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS)),
+        busy_timeout_ms=busy_timeout_ms,
         live_writers=config.options.get("live_writers"),
     )
 

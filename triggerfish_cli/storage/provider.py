@@ -27,6 +27,8 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from triggerfish_cli import cells
+
 if TYPE_CHECKING:
     from triggerfish_cli.storage.sqlite.write_gate import WriteGate
 
@@ -154,6 +156,33 @@ class StorageProvider(Protocol):
         writer), in whatever order is cheapest to read. Prefixes must be
         disjoint. Close the iterator (or exhaust it) to end the snapshot.
         """
+        ...
+
+    def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
+        """Every key with its value's bytes exactly as stored, in key order (SQLite: not
+        decoded at all; elsewhere the value's UTF-8, or its raw bytes: cells.py)."""
+        ...
+
+    def unmapped(self) -> AbstractContextManager[None]:
+        """Around a listing of every value: a resident set that stays flat (SQLite: reads
+        through the page cache instead of the memory map); a no-op elsewhere."""
+        ...
+
+    def fill(
+        self,
+        rows: Iterable[tuple[str, str]],
+        memory_fts: Sequence[tuple[str, str, str, str, str]] = (),
+        memory_meta: Sequence[tuple[str, str, str, str]] = (),
+    ) -> int:
+        """Load ``rows`` into an empty store at once (demo create). Where the backend
+        keeps the gateway's memory search tables (SQLite), their rows ``memory_fts``
+        and ``memory_meta`` go in too, tables made first; elsewhere they are left
+        out. The number of memories indexed (0: none)."""
+        ...
+
+    def is_same_store(self, other: StorageProvider) -> bool:
+        """Whether ``other`` is this very store (SQLite: the same file, through any
+        path; elsewhere the same ``describe()``)."""
         ...
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
@@ -358,6 +387,26 @@ class BaseStorage(ABC):
         """Fallback: one prefix after the other, in key order (not one snapshot)."""
         for prefix in prefixes:
             yield from self.scan(prefix, batch_size=batch_size)
+
+    def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
+        for key, value in self.scan(batch_size=batch_size):
+            yield key, cells.raw_bytes(value)
+
+    def unmapped(self) -> AbstractContextManager[None]:
+        return contextlib.nullcontext()
+
+    def fill(
+        self,
+        rows: Iterable[tuple[str, str]],
+        memory_fts: Sequence[tuple[str, str, str, str, str]] = (),
+        memory_meta: Sequence[tuple[str, str, str, str]] = (),
+    ) -> int:
+        """Fallback: :meth:`set_many`; no memory search tables to fill."""
+        self.set_many(rows)
+        return 0
+
+    def is_same_store(self, other: StorageProvider) -> bool:
+        return other is self or self.describe() == other.describe()
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}

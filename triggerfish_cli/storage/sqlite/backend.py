@@ -27,6 +27,7 @@ from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
     BatchCallback,
     PrefixStats,
+    StorageProvider,
     after_batch,
     batched,
     prefix_upper_bound,
@@ -35,7 +36,11 @@ from triggerfish_cli.storage.provider import (
 from triggerfish_cli.storage.sqlite.session import SqliteSession
 from triggerfish_cli.storage.sqlite.sql import (
     CELL_SQL,
+    INSERT_FTS,
+    MEMORY_FTS_SQL,
     MEMORY_INDEX_TABLES,
+    MEMORY_META_SQL,
+    UPSERT_META,
     cell_params,
     execute_rows,
     gap_clause,
@@ -114,6 +119,31 @@ class SqliteStorage(SqliteSession):
         where, params = range_clause(prefix)
         rows = self._rows("list", f"SELECT key FROM kv WHERE {where} ORDER BY key", params)
         return [row[0] for row in rows]
+
+    def fill(
+        self,
+        rows: Iterable[tuple[str, str]],
+        memory_fts: Sequence[tuple[str, str, str, str, str]] = (),
+        memory_meta: Sequence[tuple[str, str, str, str]] = (),
+    ) -> int:
+        """One transaction: kv's rows and the gateway's memory search tables (made first)."""
+        with self.transaction("fill the store") as conn:
+            conn.execute(MEMORY_FTS_SQL)
+            conn.execute(MEMORY_META_SQL)
+            conn.executemany("INSERT INTO kv (key, value) VALUES (?, ?)", rows)
+            conn.executemany(INSERT_FTS, memory_fts)
+            conn.executemany(UPSERT_META, memory_meta)
+        return len(memory_meta)
+
+    def is_same_store(self, other: StorageProvider) -> bool:
+        if other is self:
+            return True
+        if not isinstance(other, SqliteStorage):
+            return False
+        try:
+            return self.path.resolve().samefile(other.path.resolve())
+        except OSError:
+            return False
 
     def clear(self) -> None:
         """Delete every key, and the memory search rows that index them.

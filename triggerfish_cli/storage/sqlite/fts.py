@@ -62,26 +62,18 @@ from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.sql import (
+    DELETE_META,
+    INSERT_FTS,
     KV_SCHEMA,
     MEMORY_FTS_SQL,
     MEMORY_META_SQL,
+    UPSERT_META,
     lenient,
     odd_rows,
     private_transaction,
     translate_error,
 )
 from triggerfish_cli.storage.sqlite.write_gate import WriteGate, retried
-
-# The gateway's index statements (src/tools/memory/search/search_fts5.ts), verbatim.
-DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
-INSERT_FTS = (
-    "INSERT INTO memory_fts (agent_id, classification, key, content, tags) VALUES (?, ?, ?, ?, ?)"
-)
-UPSERT_META = (
-    "INSERT OR REPLACE INTO memory_meta (agent_id, classification, key, record_json) "
-    "VALUES (?, ?, ?, ?)"
-)
-DELETE_META = "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?"
 
 REPAIR_BATCH = 500
 

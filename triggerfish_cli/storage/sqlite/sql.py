@@ -36,6 +36,16 @@ MEMORY_META_SQL = (
     "agent_id TEXT NOT NULL, classification TEXT NOT NULL, key TEXT NOT NULL, "
     "record_json TEXT NOT NULL, PRIMARY KEY (agent_id, classification, key))"
 )
+# The gateway's index statements (src/tools/memory/search/search_fts5.ts), verbatim.
+DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
+INSERT_FTS = (
+    "INSERT INTO memory_fts (agent_id, classification, key, content, tags) VALUES (?, ?, ?, ?, ?)"
+)
+UPSERT_META = (
+    "INSERT OR REPLACE INTO memory_meta (agent_id, classification, key, record_json) "
+    "VALUES (?, ?, ?, ?)"
+)
+DELETE_META = "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?"
 
 T = TypeVar("T")
 
