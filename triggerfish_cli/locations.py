@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
-from triggerfish_cli.settings import StorageConfig, load_settings, parse_storage_section
+from triggerfish_cli.settings import StorageConfig, load_settings
+from triggerfish_cli.storage.backends import parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import (
     DEFAULT_SCHEMA,

@@ -258,7 +258,7 @@ app = typer.Typer(
 
 
 def _complete_backend(incomplete: str) -> list[str]:
-    from triggerfish_cli.settings import known_backends
+    from triggerfish_cli.storage.backends import known_backends
 
     return [name for name in known_backends() if name.startswith(incomplete)]
 
