@@ -68,8 +68,8 @@ def sample_queries(
 def bench_search(path: object, count: int) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import records as memory
-    from triggerfish_cli.memory.index import fts_query
     from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.fts_query import fts_query
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
     conn = provider.connection

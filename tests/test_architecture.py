@@ -109,8 +109,8 @@ PRIVATE_DATABASES = {
     "storage/postgres/backend.py": "Postgres: real concurrency control, no gate",
     "storage/postgres/lock.py": "Postgres advisory locks",
     "storage/postgres/index.py": "Postgres: real concurrency control, no gate",
-    "memory/index.py": "a private in-RAM FTS5 probe table (:memory:)",
-    "backup/verify.py": "a private scratch copy of a backup being verified",
+    "storage/sqlite/fts_query.py": "a private in-RAM FTS5 probe table (:memory:)",
+    "storage/sqlite/integrity.py": "a private scratch copy of a backup being verified",
     "storage/sqlite/snapshot.py": "the backup's own copy file, written by SQLite's backup API",
 }
 WRITE_WORDS = ("BEGIN", "INSERT", "REPLACE", "UPDATE", "DELETE", "CREATE", "DROP", "ALTER")
@@ -322,3 +322,4 @@ def test_only_typer_compat_touches_typer_internals() -> None:
             if module.startswith("typer._") or (module == "typer" and (name or "").startswith("_")):
                 offenders.append(path.relative_to(PACKAGE).as_posix())
     assert offenders == []
+

@@ -7,7 +7,8 @@ here; nothing outside ``storage/`` names a backend's module.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -19,9 +20,10 @@ from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import postgres_section, s3_section
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
-from triggerfish_cli.storage.sqlite.write_gate import MODES
+from triggerfish_cli.storage.sqlite.write_gate import MODES, choose_mode
 
 if TYPE_CHECKING:
+    from triggerfish_cli.backup.dest import Destination
     from triggerfish_cli.memory.index import MemoryIndex
 
 Options = Callable[[Mapping[str, Any], Path], dict[str, Any]]
@@ -37,6 +39,12 @@ class Backend:
     open: Callable[[StorageConfig, bool], StorageProvider]
     #: The memory search index serving a store of this backend.
     memory_index: Callable[[StorageProvider], MemoryIndex]
+    #: Checks a physical copy of a store (a backup's snapshot), where the backend
+    #: makes them: ``(path, page count, count(conn), workers, checks, failures)``
+    #: -> ``count``'s result, or None when the copy is not sound.
+    check_copy: Callable[..., Any] | None = None
+    #: Every ``(key, value)`` of such a copy, in key order, while the block runs.
+    copy_rows: Callable[[Path], AbstractContextManager[Iterator[tuple[Any, Any]]]] | None = None
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -64,6 +72,29 @@ def _tsvector_index(provider: StorageProvider) -> MemoryIndex:
     from triggerfish_cli.storage.postgres.index import for_postgres
 
     return for_postgres(provider)
+
+
+def _check_sqlite_copy(*args: Any) -> Any:
+    """integrity.check_copy, imported for a verify only: it imports concurrent.futures
+    (~6 ms, python -X importtime), which no other command needs."""
+    from triggerfish_cli.storage.sqlite.integrity import check_copy
+
+    return check_copy(*args)
+
+
+def _sqlite_copy_rows(path: Path) -> AbstractContextManager[Iterator[tuple[Any, Any]]]:
+    """snapshot.copy_rows, imported for a diff only, as the rest of the snapshot module."""
+    from triggerfish_cli.storage.sqlite.snapshot import copy_rows
+
+    return copy_rows(path)
+
+
+def physical(name: str) -> Backend:
+    """The backend of a physical backup's manifest: one that makes physical copies."""
+    backend = BACKENDS.get(name)
+    if backend is None or backend.check_copy is None or backend.copy_rows is None:
+        raise InvalidDataError(f"a physical backup of a {name!r} store: there are none")
+    return backend
 
 
 # -- opening ---------------------------------------------------------------------------
@@ -108,6 +139,15 @@ def _open_s3(config: StorageConfig, create: bool) -> StorageProvider:
     return open_config(config, create)
 
 
+def s3_destination(
+    url: str, *, endpoint_url: str | None, sse: tuple[str | None, str | None]
+) -> Destination:
+    """The backup destination at ``s3://bucket/prefix`` (its module imports boto3)."""
+    from triggerfish_cli.storage.s3.destination import S3Destination
+
+    return S3Destination.from_url(url, endpoint_url=endpoint_url, sse=sse)
+
+
 # -- settings --------------------------------------------------------------------------
 
 
@@ -142,12 +182,29 @@ def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
 BACKENDS: dict[str, Backend] = {
     backend.name: backend
     for backend in (
-        Backend("sqlite", _sqlite_options, _open_sqlite, _fts5_index),
+        Backend(
+            "sqlite",
+            _sqlite_options,
+            _open_sqlite,
+            _fts5_index,
+            check_copy=_check_sqlite_copy,
+            copy_rows=_sqlite_copy_rows,
+        ),
         Backend("memory", _memory_options, _open_memory, scan_index),
         Backend("postgres", postgres_section, _open_postgres, _tsvector_index),
         Backend("s3", s3_section, _open_s3, scan_index),
     )
 }
+
+
+#: ``--live-writers``: what a SQLite store's writes do about the gateway's processes.
+LIVE_WRITER_MODES = MODES
+
+
+def choose_live_writers(mode: str | None) -> None:
+    """``--live-writers``: the operator's choice for every SQLite store this process
+    opens, over each store's ``storage.live_writers`` (None: forget it)."""
+    choose_mode(mode)
 
 
 def known_backends() -> tuple[str, ...]:

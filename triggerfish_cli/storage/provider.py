@@ -185,6 +185,11 @@ class StorageProvider(Protocol):
         path; elsewhere the same ``describe()``)."""
         ...
 
+    def file_status(self) -> dict[str, Any] | None:
+        """The store's own files (SQLite: ``path``, ``size``, ``wal_size``,
+        ``journal_mode``); None for a store that has none."""
+        ...
+
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         """Values of those keys that exist."""
         ...
@@ -407,6 +412,9 @@ class BaseStorage(ABC):
 
     def is_same_store(self, other: StorageProvider) -> bool:
         return other is self or self.describe() == other.describe()
+
+    def file_status(self) -> dict[str, Any] | None:
+        return None
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}

@@ -42,11 +42,6 @@ from triggerfish_cli.memory.index import (
     SearchResult,
     accept_rows,
     column_sizes,
-    fts_query,
-    fts_string,
-    has_tokens,
-    level_match,
-    query_phrases,
     rank_score,
 )
 from triggerfish_cli.memory.keys import (
@@ -61,6 +56,13 @@ from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts_query import (
+    fts_query,
+    fts_string,
+    has_tokens,
+    level_match,
+    query_phrases,
+)
 from triggerfish_cli.storage.sqlite.sql import (
     DELETE_META,
     INSERT_FTS,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -230,6 +231,17 @@ class SqliteSession(BaseStorage):
                     yield from odd_rows(rows)
             except _Again:
                 continue
+
+    def file_status(self) -> dict[str, Any] | None:
+        wal = Path(f"{self.path}-wal")
+        with self.errors("journal mode"):
+            mode = self.connection.execute("PRAGMA journal_mode").fetchone()[0]
+        return {
+            "path": os.path.realpath(self.path),
+            "size": self.path.stat().st_size,
+            "wal_size": wal.stat().st_size if wal.exists() else 0,
+            "journal_mode": str(mode).lower(),
+        }
 
     def lock_path(self, name: str) -> Path:
         """The lock file of ``name``, beside the database: ``<db>-tfadmin-<name>.lock``."""
