@@ -185,6 +185,13 @@ class StorageProvider(Protocol):
         path; elsewhere the same ``describe()``)."""
         ...
 
+    def record_checksums(
+        self, ranges: Sequence[tuple[str | None, str | None, str | None]]
+    ) -> dict[str, tuple[int, int]] | None:
+        """``(count, checksum)`` per namespace over key ranges, computed by the backend
+        itself (Postgres: in the server; see checksums.py); None where it cannot."""
+        ...
+
     def file_status(self) -> dict[str, Any] | None:
         """The store's own files (SQLite: ``path``, ``size``, ``wal_size``,
         ``journal_mode``); None for a store that has none."""
@@ -412,6 +419,11 @@ class BaseStorage(ABC):
 
     def is_same_store(self, other: StorageProvider) -> bool:
         return other is self or self.describe() == other.describe()
+
+    def record_checksums(
+        self, ranges: Sequence[tuple[str | None, str | None, str | None]]
+    ) -> dict[str, tuple[int, int]] | None:
+        return None
 
     def file_status(self) -> dict[str, Any] | None:
         return None
