@@ -16,8 +16,8 @@ from triggerfish_cli.errors import UsageError
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.memory.index import SearchResult, split_snippet
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.fts_query import fts_query
 

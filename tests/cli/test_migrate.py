@@ -20,7 +20,7 @@ from tests.conftest import CliFn
 from tests.helpers.gateway import GATEWAY_ROWS, dump_tables, write_gateway_store
 from tests.helpers.services import S3, Postgres
 from triggerfish_cli.migrate import PROGRESS_KEY
-from triggerfish_cli.storage.provider import BaseStorage
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 #: Keys every backend must carry across: unicode, '/', '%', spaces, the empty key, a long key.

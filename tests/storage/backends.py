@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.services import S3, Postgres
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 Provider = BaseStorage

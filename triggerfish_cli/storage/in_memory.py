@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from triggerfish_cli.errors import BusyError
-from triggerfish_cli.storage.provider import BaseStorage, StorageProvider
+from triggerfish_cli.storage.base import BaseStorage
+from triggerfish_cli.storage.provider import StorageProvider
 
 
 class MemoryStorage(BaseStorage):

@@ -47,9 +47,9 @@ from triggerfish_cli.errors import (
     TriggerfishError,
 )
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
-    BaseStorage,
     BatchCallback,
     PrefixStats,
     after_batch,

@@ -18,8 +18,8 @@ from typing import Any
 from triggerfish_cli import cells
 from triggerfish_cli.errors import BackendUnavailableError
 from triggerfish_cli.storage import kept_files
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.batching import BatchSizer
-from triggerfish_cli.storage.provider import BaseStorage
 from triggerfish_cli.storage.sqlite.files import create_store, open_file
 from triggerfish_cli.storage.sqlite.live_writers import LiveWriter, live_writers
 from triggerfish_cli.storage.sqlite.sql import (
