@@ -6,8 +6,8 @@ and an edit to kv alone leaves the index stale), so an index implementation
 must check every hit against kv before returning it.
 
 The interface, :class:`MemoryIndex`, holds no SQL. A backend's own index
-is found by ``indexes.index_for``; a backend without one gets
-``fts.ScanIndex``, which reads every memory and gives the same results.
+is named in the backend table (storage/backends.py); a backend without one
+gets the scan index, which reads every memory and gives the same results.
 
 ``search(request)``
     Hits for ``request`` at ``request.taint``, best first, at most
