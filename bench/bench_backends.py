@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DATA, median, p95, report, store, timed
 
 from triggerfish_cli import kv, namespaces
-from triggerfish_cli.storage.postgres import PostgresStorage
+from triggerfish_cli.storage.postgres.backend import PostgresStorage
 from triggerfish_cli.storage.provider import prefix_upper_bound, uncovered_ranges
 
 DSN = os.environ.get("TFBENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")

@@ -46,7 +46,7 @@ from triggerfish_cli.config import secrets_guard
 from triggerfish_cli.config import versions as cv
 from triggerfish_cli.config.rollback import apply_rollback, plan_rollback
 from triggerfish_cli.fileio import atomic_writer
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 CONFIG = """\
 # triggerfish.yaml

@@ -37,7 +37,7 @@ from common import DATA, ROOT, interleaved, median, report, store
 
 from triggerfish_cli import kv, namespaces
 from triggerfish_cli.storage.provider import prefix_upper_bound
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 
 def raw_namespaces(conn: sqlite3.Connection) -> dict[str, tuple[int, int]]:

@@ -68,8 +68,8 @@ def sample_queries(
 def bench_search(path: object, count: int) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import records as memory
-    from triggerfish_cli.memory.index import fts_query
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.fts_query import fts_query
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
     conn = provider.connection
@@ -115,7 +115,8 @@ EMPTY_INDEX = (
 def bench_reindex(path: object) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import upkeep as memory_upkeep
-    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import MEMORY_FTS_SQL, MEMORY_META_SQL
 
     copy = scratch_copy(path, "memory-reindex-scratch.db")  # type: ignore[arg-type]
     raw = sqlite3.connect(copy, isolation_level=None)
@@ -159,7 +160,7 @@ def bench_list(path: object, repeat: int) -> None:
     from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.storage.provider import prefix_upper_bound
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     provider = SqliteStorage(path)  # type: ignore[arg-type]
     conn = provider.connection
@@ -209,7 +210,8 @@ def bench_hidden_word(hidden: int, repeat: int) -> None:
     from triggerfish_cli.memory import keys as memory_keys
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.serialization import dumps
-    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import MEMORY_FTS_SQL, MEMORY_META_SQL
 
     path = DATA / f"memory-hidden-{hidden}.db"
     for suffix in ("", "-wal", "-shm"):

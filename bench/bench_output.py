@@ -15,7 +15,7 @@ command alternate, in a random order per round.
    Target: <= 1.2x.
 
 Peak RSS from wait4 counts the store's pages that SQLite's memory map
-(storage/sqlite.py, PRAGMA mmap_size) touched: a full scan of a 700 MiB
+(storage/sqlite/files.py, PRAGMA mmap_size) touched: a full scan of a 700 MiB
 store maps about that much, whatever the output. So the anonymous memory
 (RssAnon, sampled every 10 ms from /proc) is printed beside it, and the
 memory targets are checked on both.

@@ -38,7 +38,7 @@ def store(
     give such a store its own ``name``.
     """
     from triggerfish_cli.demo import GENERATOR, build_demo
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     DATA.mkdir(parents=True, exist_ok=True)
     # The generator's version is in the name: a store another one built is never reused.

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.helpers.gateway import write_gateway_store
 from tests.helpers.services import S3, Postgres, postgres, s3, s3_server  # noqa: F401 - fixtures
-from triggerfish_cli.storage import write_gate
+from triggerfish_cli.storage.sqlite import write_gate
 
 _OUR_ENV = (
     "TRIGGERFISH_DATA_DIR",
@@ -122,7 +122,7 @@ class StoreHandle:
 
 
 def _sqlite_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     path = base / "data" / "triggerfish.db"
     SqliteStorage(path, create=True).close()
@@ -141,7 +141,7 @@ def _write_storage_config(base: Path, settings: dict[str, str]) -> Path:
 
 def _postgres_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
     """A fresh schema on the test server, named in the config's storage: section."""
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     server: Postgres = request.getfixturevalue("postgres")
     schema = server.new_schema()
@@ -159,7 +159,7 @@ def _postgres_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
 
 def _s3_store(base: Path, request: pytest.FixtureRequest) -> StoreHandle:
     """A fresh bucket on the moto server, named in the config's storage: section."""
-    from triggerfish_cli.storage.s3 import S3Storage
+    from triggerfish_cli.storage.s3.backend import S3Storage
 
     server: S3 = request.getfixturevalue("s3")
     bucket = server.new_bucket()

@@ -452,7 +452,7 @@ def test_restore_over_a_damaged_store(cli: CliFn, gateway_db: Path) -> None:
 
 
 def test_an_empty_store_backs_up_and_restores(cli: CliFn, tmp_path: Path) -> None:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     for args in ([], ["--logical"], ["--logical", "-c", "gzip"], ["--logical", "-c", "none"]):
         empty = tmp_path / f"empty{len(args)}{args[-1] if args else ''}.db"

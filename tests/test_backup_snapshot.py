@@ -22,7 +22,6 @@ from hypothesis import strategies as st
 
 from tests.conftest import CliFn
 from tests.helpers import wal_writer
-from triggerfish_cli.backup import snapshot as backup_snapshot
 from triggerfish_cli.backup.archive import (
     HashingWriter,
     LimitedHashingReader,
@@ -37,7 +36,8 @@ from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows, memory
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError, VerificationError
 from triggerfish_cli.memory.keys import split_key
 from triggerfish_cli.storage import kept_files
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite import snapshot as backup_snapshot
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 
 @pytest.fixture

@@ -27,9 +27,9 @@ from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.memory.keys import split_key
 from triggerfish_cli.memory.record import Malformed, MemoryRecord, parse_record
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 PUB, INT, CONF, RES = Level.PUBLIC, Level.INTERNAL, Level.CONFIDENTIAL, Level.RESTRICTED
 NOW = datetime(2026, 4, 1, 12, 0, tzinfo=timezone.utc)

@@ -26,7 +26,7 @@ from tests.helpers.gateway import memory_record
 from triggerfish_cli.classification import Level
 from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 AGENT = "main-session"
 OTHER_AGENTS = ("main", "main-session-2", "main-sessio")
@@ -117,14 +117,14 @@ def fresh_store(request: pytest.FixtureRequest) -> Iterator[Callable[[], Any]]:
 
     def make() -> Any:
         if backend == "postgres":
-            from triggerfish_cli.storage.postgres import PostgresStorage
+            from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
             server = request.getfixturevalue("postgres")
             schema = server.new_schema()
             cleanup.append(lambda: server.drop_schema(schema))
             provider: Any = PostgresStorage(server.dsn, schema=schema, create=True)
         else:
-            from triggerfish_cli.storage.s3 import S3Storage
+            from triggerfish_cli.storage.s3.backend import S3Storage
 
             server = request.getfixturevalue("s3")
             provider = S3Storage(

@@ -15,8 +15,8 @@ from triggerfish_cli.errors import UsageError
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.memory.index import SearchResult
-from triggerfish_cli.storage.postgres import PostgresStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.postgres.backend import PostgresStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 PUB, INT, CONF, RES = Level.PUBLIC, Level.INTERNAL, Level.CONFIDENTIAL, Level.RESTRICTED
 
@@ -144,7 +144,7 @@ def test_saves_and_deletes_keep_the_index_in_step(pg: PostgresStorage) -> None:
     def fail(old: str | None) -> str:
         raise UsageError("refused")
 
-    from triggerfish_cli.memory.pg import for_postgres
+    from triggerfish_cli.storage.postgres.index import for_postgres
 
     before = dict(pg.scan("memory:"))
     with pytest.raises(UsageError):
@@ -177,7 +177,7 @@ def test_drift_from_writes_behind_our_back_and_reindex(
     assert (drift.missing, drift.stale, drift.orphaned) == (1, 1, 1)
     # A read-only session cannot bring the index in step: stale rows are skipped.
     from triggerfish_cli.memory.index import SearchRequest
-    from triggerfish_cli.memory.pg import for_postgres
+    from triggerfish_cli.storage.postgres.index import for_postgres
 
     reader = for_postgres(pg.reopen(read_only=True))
     stale = reader.search(SearchRequest("calendar", False, INT, MAIN, None, 10))

@@ -24,9 +24,9 @@ from triggerfish_cli.errors import NotFoundError
 from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 AGENTS = ("main-session", "scheduler-slack-1712000000000")
 KEYS = ("name", "trigger:plan", "home-city")

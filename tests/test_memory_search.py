@@ -15,10 +15,11 @@ from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
-from triggerfish_cli.memory.index import SearchResult, fts_query, split_snippet
+from triggerfish_cli.memory.index import SearchResult, split_snippet
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts_query import fts_query
 
 PUB, INT, CONF, RES = Level.PUBLIC, Level.INTERNAL, Level.CONFIDENTIAL, Level.RESTRICTED
 
@@ -350,8 +351,8 @@ def _reference_order(path: Path, text: str, agent: str | None) -> list[str]:
     """Every match's storage key in the documented order: each row's own score from
     which of key, content and tags it matches (bm25 of one column, < 0) and their
     lengths in tokens, then storage key, then rowid (the slow way: all in Python)."""
-    from triggerfish_cli.memory.fts import COLUMN_WEIGHTS
     from triggerfish_cli.memory.index import column_sizes, rank_score
+    from triggerfish_cli.storage.sqlite.fts import COLUMN_WEIGHTS
 
     conn = sqlite3.connect(path)
     flags = ", ".join(f"bm25(memory_fts, {w}) < 0" for w in COLUMN_WEIGHTS)
@@ -380,7 +381,7 @@ def test_the_order_is_every_rows_own_score_then_storage_key(
     cut, so each later window must skip exactly what was given), rows that match
     in their key or tags alone, and raw queries
     (bm25 for all three columns) agree with plain ones."""
-    from triggerfish_cli.memory import fts as memory_fts
+    from triggerfish_cli.storage.sqlite import fts as memory_fts
 
     monkeypatch.setattr(memory_fts, "WINDOW", window)
     rows: dict[str, str] = {}

@@ -120,7 +120,7 @@ def test_compare_counts_missing_different_and_extra() -> None:
 
 
 def test_every_backend_computes_the_same_checksums(tmp_path: Path) -> None:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     rows = {"sessions:1": "a", "é:日本": "ü", "plain": "", "main-session-id": "x", "x:y:z": "1"}
     memory = MemoryStorage(rows)

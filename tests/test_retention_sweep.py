@@ -41,9 +41,9 @@ from triggerfish_cli.retention.sweep import (
     read_plan,
     sweep_lock,
 )
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 FAST = Pacing(min_pause=0, pause=0)
 ROOT = Path(__file__).resolve().parents[1]

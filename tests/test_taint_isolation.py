@@ -26,7 +26,7 @@ from triggerfish_cli.errors import TriggerfishError
 from triggerfish_cli.memory import keys as memory_keys
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 AGENTS = ("main-session", "scheduler-slack-1712000000000")
 KEYS = ("name", "plan", "trigger:city", "deploy-notes")
@@ -196,7 +196,7 @@ def test_sqlite_without_index_output_ignores_records_above_the_taint(
 
 @pytest.fixture
 def s3_pair(s3: Any) -> Iterator[Callable[[], tuple[Any, Any]]]:
-    from triggerfish_cli.storage.s3 import S3Storage
+    from triggerfish_cli.storage.s3.backend import S3Storage
 
     opened: list[Any] = []
 
@@ -229,7 +229,7 @@ def test_s3_output_ignores_records_above_the_taint(
 
 @pytest.fixture
 def pg_pair(postgres: Any) -> Iterator[Callable[[], tuple[Any, Any]]]:
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     schemas: list[str] = []
     opened: list[Any] = []

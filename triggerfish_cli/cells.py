@@ -16,7 +16,7 @@ hold (PEP 383, as Python itself carries undecodable file names):
 - NULL: U+D801 alone.
 
 Each boundary converts explicitly: SQLite (:func:`from_sqlite`, and the
-binding in ``storage/sqlite.py``), JSON (:func:`to_json`, :func:`from_json`), the
+binding in ``storage/sqlite/sql.py``), JSON (:func:`to_json`, :func:`from_json`), the
 terminal (:func:`display`). In JSON (``kv export``/``import``, logical
 backups, ``--format json``) an odd cell is an object naming its SQLite type
 and its bytes in base64, ``{"$bytes": "/wD+", "type": "text"}`` or

@@ -7,7 +7,7 @@ namespace's checksum is the sum of the records' ``d[:8]`` (big-endian)
 modulo 2**64, as 16 hex digits. MD5 serves here to detect damage and
 differences (a chance of 2**-64 to miss one), not attackers. Every backend
 computes exactly this; Postgres computes it in the server
-(:meth:`PostgresStorage.record_checksums`), the others while reading.
+(``StorageProvider.record_checksums``), the others while reading.
 
 Namespaces are :func:`namespaces.group_of`: a known prefix, else the key's
 first segment (``x:``), else ``""``.
@@ -29,7 +29,6 @@ from triggerfish_cli.storage.provider import (
     prefix_upper_bound,
     uncovered_ranges,
 )
-from triggerfish_cli.storage.sqlite import SqliteStorage
 from triggerfish_cli.threads import background
 
 _MOD = 1 << 64
@@ -114,16 +113,13 @@ def namespace_sums(
     provider: StorageProvider, *, batch_size: int = 10_000, on_key: Callback | None = None
 ) -> dict[str, Sums]:
     """Count and checksum per namespace, natively where the backend can."""
-    native = getattr(provider, "record_checksums", None)
+    native = provider.record_checksums(key_ranges())
     if native is not None:
-        sums = _as_sums(native(key_ranges()))
+        sums = _as_sums(native)
         if on_key is not None:
             on_key(sum(s.count for s in sums.values()))
         return sums
-    if isinstance(provider, SqliteStorage):
-        return _stream_sums(provider.scan_stored(batch_size=batch_size), on_key)
-    rows = ((k, cells.raw_bytes(v)) for k, v in provider.scan(batch_size=batch_size))
-    return _stream_sums(rows, on_key)
+    return _stream_sums(provider.scan_stored(batch_size=batch_size), on_key)
 
 
 KeyRange = tuple[str | None, str | None, str | None]

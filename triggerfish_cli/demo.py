@@ -641,24 +641,8 @@ def build_demo(
     for key, _value in rows:
         group = group_of(key)
         summary.counts[group] = summary.counts.get(group, 0) + 1
-    from triggerfish_cli.storage.sqlite import MEMORY_FTS_SQL, MEMORY_META_SQL, SqliteStorage
-
     progress.phase("writing", len(rows), unit="keys")
-    written = _reported(rows, progress)
-    if isinstance(provider, SqliteStorage):
-        with provider.transaction("demo create") as conn:
-            conn.execute(MEMORY_FTS_SQL)
-            conn.execute(MEMORY_META_SQL)
-            conn.executemany("INSERT INTO kv (key, value) VALUES (?, ?)", written)
-            conn.executemany(
-                "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
-                "VALUES (?, ?, ?, ?, ?)",
-                fts,
-            )
-            conn.executemany("INSERT OR REPLACE INTO memory_meta VALUES (?, ?, ?, ?)", meta)
-        summary.memories_indexed = len(meta)
-    else:
-        provider.set_many(written)
+    summary.memories_indexed = provider.fill(_reported(rows, progress), fts, meta)
     return summary
 
 

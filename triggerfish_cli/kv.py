@@ -375,13 +375,9 @@ def flat_memory(provider: StorageProvider) -> contextlib.AbstractContextManager[
     """For a listing of every value (kv list, kv export): a resident set that stays flat.
 
     SQLite reads through its page cache instead of its memory map meanwhile
-    (:meth:`SqliteStorage.unmapped`); other backends hold no map.
+    (``StorageProvider.unmapped``); other backends hold no map.
     """
-    from triggerfish_cli.storage.sqlite import SqliteStorage
-
-    if isinstance(provider, SqliteStorage):
-        return provider.unmapped()
-    return contextlib.nullcontext()
+    return provider.unmapped()
 
 
 def export_lines(

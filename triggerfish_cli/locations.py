@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
-from triggerfish_cli.settings import StorageConfig, load_settings, parse_storage_section
+from triggerfish_cli.settings import StorageConfig, load_settings
+from triggerfish_cli.storage.backends import parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import (
     DEFAULT_SCHEMA,
@@ -30,9 +31,7 @@ from triggerfish_cli.storage.remote_settings import (
     parse_s3_url,
     split_postgres_url,
 )
-from triggerfish_cli.storage.sqlite import SqliteStorage
 
-MMAP_BYTES = 1 << 30
 #: File names that are SQLite stores without a directory in front of them.
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
@@ -95,33 +94,10 @@ def _from_yaml(path: Path, role: str) -> StorageConfig:
     )
 
 
-class _ReadOnlySqlite(SqliteStorage):
-    """A SQLite store opened with ``mode=ro``: nothing in the file can change."""
-
-    def __init__(self, path: Path, busy_timeout_ms: int) -> None:
-        # Absolute, so that a resumed run from another directory is the same source.
-        super().__init__(
-            path.expanduser().absolute(),
-            busy_timeout_ms=busy_timeout_ms,
-            live_writers="refuse",  # read-only: it never writes
-            read_only=True,
-        )
-        # Reading every value in key order jumps around the file: memory-mapped
-        # pages (read-only, so safe) save a system call and a copy per page.
-        with self.errors("open"):
-            self.connection.execute(f"PRAGMA mmap_size = {MMAP_BYTES}")
-
-
 def open_source(config: StorageConfig) -> StorageProvider:
-    """The source, read-only."""
+    """The source, read-only (every backend's ``read_only`` open)."""
     from triggerfish_cli.storage.factory import open_provider
 
-    if config.backend == "sqlite":
-        assert config.path is not None
-        try:
-            return _ReadOnlySqlite(config.path, int(config.options.get("busy_timeout_ms", 5000)))
-        except MissingStoreError as exc:
-            raise MissingStoreError(f"{exc.message} ({config.chosen_by})", hint=exc.hint) from None
     return open_provider(replace(config, options={**config.options, "read_only": True}))
 
 
@@ -139,16 +115,7 @@ def open_target(config: StorageConfig, *, create: bool) -> StorageProvider | Non
 
 def same_store(source: StorageProvider, target: StorageProvider) -> bool:
     """The obvious cases; :func:`copy` also catches one store reached by two names."""
-    if source is target:
-        return True
-    if source.backend == "memory":  # every memory store describes itself as memory:
-        return False
-    if isinstance(source, SqliteStorage) and isinstance(target, SqliteStorage):
-        try:
-            return source.path.resolve().samefile(target.path.resolve())
-        except OSError:
-            return False
-    return source.describe() == target.describe()
+    return source is target or source.is_same_store(target)
 
 
 def describe_config(config: StorageConfig) -> str:

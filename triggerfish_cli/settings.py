@@ -13,13 +13,13 @@ is an :class:`InvalidDataError` (exit 8), never silently a default.
       busy_timeout_ms: 5000    # sqlite: how long to wait for a lock
       live_writers: freeze     # sqlite: freeze | refuse | ignore (the write gate)
 
-    storage:                   # postgres (storage/postgres.py, remote_settings.py)
+    storage:                   # postgres (storage/postgres/backend.py, remote_settings.py)
       backend: postgres
       dsn: "host=db.internal dbname=triggerfish user=tf"   # never a password
       schema: triggerfish
       connect_timeout: 5
 
-    storage:                   # s3 (storage/s3.py); credentials: the AWS chain
+    storage:                   # s3 (storage/s3/backend.py); credentials: the AWS chain
       backend: s3
       bucket: acme-triggerfish
       prefix: prod/
@@ -33,16 +33,12 @@ does not import the YAML parser when the file has no ``storage`` section.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
-
-#: Settings each backend accepts under ``storage:`` (besides ``backend``).
-#: Backends register their own validators here (see :func:`register_backend`).
-_BACKEND_OPTIONS: dict[str, Callable[[Mapping[str, Any], Path], dict[str, Any]]] = {}
+from triggerfish_cli.errors import InvalidDataError, NotFoundError
 
 
 @dataclass(frozen=True)
@@ -134,18 +130,7 @@ def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
     return document
 
 
-# -- the storage: section ---------------------------------------------------
-
-
-def register_backend(
-    name: str, options: Callable[[Mapping[str, Any], Path], dict[str, Any]]
-) -> None:
-    """Declare a backend and the validator of its ``storage:`` settings."""
-    _BACKEND_OPTIONS[name] = options
-
-
-def known_backends() -> tuple[str, ...]:
-    return tuple(_BACKEND_OPTIONS)
+# -- checking our sections (storage: in storage/backends.py) ----------------
 
 
 def check_keys(section: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -161,85 +146,12 @@ def positive_int(value: Any, where: str) -> int:
     return value
 
 
-def _sqlite_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    check_keys(section, {"backend", "path", "busy_timeout_ms", "live_writers"}, "storage")
-    options: dict[str, Any] = {}
-    if "path" in section:
-        raw = section["path"]
-        if not isinstance(raw, str) or not raw.strip():
-            raise InvalidDataError(f"storage.path: must be a file path, not {raw!r}")
-        path = Path(raw).expanduser()
-        options["path"] = path if path.is_absolute() else base / path
-    if "busy_timeout_ms" in section:
-        options["busy_timeout_ms"] = positive_int(
-            section["busy_timeout_ms"], "storage.busy_timeout_ms"
-        )
-    if "live_writers" in section:
-        from triggerfish_cli.storage.write_gate import MODES
-
-        mode = section["live_writers"]
-        if mode not in MODES:
-            raise InvalidDataError(
-                f"storage.live_writers: must be one of {', '.join(MODES)}, not {mode!r}"
-            )
-        options["live_writers"] = mode
-    return options
-
-
-def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
-    check_keys(section, {"backend"}, "storage")
-    return {}
-
-
-def _lazy(target: str) -> Callable[[Mapping[str, Any], Path], dict[str, Any]]:
-    """A validator living in ``module:function``, imported only when a section needs it."""
-
-    def validate(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
-        import importlib
-
-        module, _, function = target.partition(":")
-        options: dict[str, Any] = getattr(importlib.import_module(module), function)(section, base)
-        return options
-
-    return validate
-
-
-register_backend("sqlite", _sqlite_options)
-register_backend("memory", _memory_options)
-register_backend("postgres", _lazy("triggerfish_cli.storage.remote_settings:postgres_section"))
-register_backend("s3", _lazy("triggerfish_cli.storage.remote_settings:s3_section"))
-
-
-def parse_storage_section(
-    section: Mapping[str, Any], config_path: Path
-) -> tuple[str, dict[str, Any]]:
-    """Validate a ``storage:`` mapping: ``(backend, options)``."""
-    backend = section.get("backend", "sqlite")
-    if backend not in _BACKEND_OPTIONS:
-        raise InvalidDataError(
-            f"{config_path}: storage.backend: unknown backend {backend!r} "
-            f"(known: {', '.join(known_backends())})"
-        )
-    try:
-        options = _BACKEND_OPTIONS[backend](section, config_path.parent)
-    except (InvalidDataError, RefusedError) as exc:  # refused: a secret in the section
-        raise type(exc)(f"{config_path}: {exc.message}", hint=exc.hint) from None
-    return str(backend), options
-
-
-def check_storage_section(section: Any, config_path: Path) -> None:
-    """Validator of ``storage:`` for :data:`OUR_SECTIONS`."""
-    if not isinstance(section, Mapping):
-        raise InvalidDataError(f"{config_path}: storage: must be a mapping")
-    parse_storage_section(section, config_path)
-
-
 #: The sections of triggerfish.yaml that are ours, each with the
 #: ``"module:function(section, config_path)"`` that checks it strictly and
 #: raises InvalidDataError. Modules register their section here (retention:
 #: ...); ``config validate`` runs them all. Imported lazily.
 OUR_SECTIONS: dict[str, str] = {
-    "storage": "triggerfish_cli.settings:check_storage_section",
+    "storage": "triggerfish_cli.storage.backends:check_storage_section",
     "retention": "triggerfish_cli.retention.policies:check_section",
     "metrics": "triggerfish_cli.metrics:check_section",
     "backup": "triggerfish_cli.backup.settings:check_section",

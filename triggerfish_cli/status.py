@@ -167,27 +167,14 @@ def _part(report: StatusReport, what: str, read: Callable[[], Any]) -> Any:
 def _sqlite_parts(report: StatusReport, provider: Any) -> None:
     path: Path = provider.path
 
-    def files() -> dict[str, Any]:
-        wal = Path(f"{path}-wal")
-        with provider.errors("journal mode"):
-            mode = provider.connection.execute("PRAGMA journal_mode").fetchone()[0]
-        return {
-            "path": os.path.realpath(path),
-            "size": path.stat().st_size,
-            "wal_size": wal.stat().st_size if wal.exists() else 0,
-            "journal_mode": str(mode).lower(),
-        }
-
     report.read_only = bool(getattr(provider, "read_only", False))
-    report.sqlite = _part(report, "files", files)
+    report.sqlite = _part(report, "files", provider.file_status)
     loose = token_exposed(path.parent / TOKEN_FILE)
     if loose is not None:
         report.notes.append(loose)
 
     def writers() -> list[dict[str, Any]]:
-        from triggerfish_cli.storage.live_writers import live_writers
-
-        return [writer.as_dict() for writer in live_writers(path)]
+        return [writer.as_dict() for writer in provider.live_writers()]
 
     report.live_writers = _part(report, "live writers", writers)
 
@@ -235,7 +222,7 @@ def daemon_state(path: Path) -> dict[str, Any]:
         )
         pid = data.get("pid")
         state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-    from triggerfish_cli.storage.live_writers import process_table
+    from triggerfish_cli.storage.sqlite.live_writers import process_table
 
     table = process_table()
     processes: set[int] = set()

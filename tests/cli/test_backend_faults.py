@@ -80,7 +80,7 @@ def test_connection_dropped_mid_sweep_is_exit_7_and_a_rerun_finishes(
     cli: CliFn, base_dir: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
 ) -> None:
     from tests.conftest import STORE_BACKENDS
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     store: StoreHandle = STORE_BACKENDS["postgres"](base_dir, request)
     postgres: Postgres = request.getfixturevalue("postgres")

@@ -66,7 +66,7 @@ def test_logical_backup_of_every_backend_restores_into_an_empty_store(
     target = tmp_path / "moved.db"
     run = cli("backup", "restore", str(archive), "--to", str(target), "--yes")
     assert run.exit_code == 0, run.stderr
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     moved = SqliteStorage(target)
     assert {k: v for k, v in moved.scan() if ":admin_backup_" not in k} == rows
@@ -184,7 +184,7 @@ def test_backups_in_s3_create_list_verify_restore_prune(
             "backup", "restore", name, "--from", where, *endpoint, "--to", str(target), "--yes"
         )
         assert run.exit_code == 0, run.stderr
-        from triggerfish_cli.storage.sqlite import SqliteStorage
+        from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
         restored = SqliteStorage(target)
         assert {k: v for k, v in restored.scan() if ":admin_backup_" not in k} == GATEWAY_ROWS
@@ -224,7 +224,7 @@ def test_a_large_backup_goes_to_s3_in_parts_and_verifies(
 ) -> None:
     import sqlite3
 
-    from triggerfish_cli.backup import s3 as backup_s3
+    from triggerfish_cli.storage.s3 import destination as backup_s3
 
     monkeypatch.setattr(backup_s3, "MULTIPART", 5 << 20)  # S3's smallest part
     conn = sqlite3.connect(gateway_db)
@@ -251,7 +251,7 @@ def test_a_large_backup_goes_to_s3_in_parts_and_verifies(
 def test_an_upload_s3_stored_differently_is_deleted_and_fails(
     cli: CliFn, gateway_db: Path, s3: S3, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli.backup import s3 as backup_s3
+    from triggerfish_cli.storage.s3 import destination as backup_s3
 
     real = backup_s3._digests
     monkeypatch.setattr(backup_s3, "_digests", lambda path, size: (real(path, size)[0], "AAAA"))

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.memories import MAIN, mkey, write_memory_store
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 ODD = "odd:\x1b[31mred\nline"
 

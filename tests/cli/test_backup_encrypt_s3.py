@@ -97,7 +97,7 @@ def test_sse_kms_from_the_settings_reaches_a_multipart_upload(
     base_dir: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from triggerfish_cli.backup import s3 as backup_s3
+    from triggerfish_cli.storage.s3 import destination as backup_s3
 
     monkeypatch.setattr(backup_s3, "MULTIPART", 5 << 20)  # S3's smallest part
     conn = sqlite3.connect(gateway_db)

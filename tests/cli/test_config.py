@@ -93,7 +93,7 @@ def managed(path: Path, section: str) -> Path:
 @pytest.fixture
 def default_store(base_dir: Path) -> Path:
     """The default SQLite store, made explicitly (no command creates it on its own)."""
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     path = base_dir / "data" / "triggerfish.db"
     SqliteStorage(path, create=True).close()

@@ -43,7 +43,7 @@ V2 = "gateway:\n  port: 18790\nlogging:\n  level: debug\n"
 @pytest.fixture
 def setup(base_dir: Path) -> tuple[Path, Path]:
     """v1 stored, the file changed since (v2 text, not yet a version)."""
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     db = base_dir / "data" / "triggerfish.db"
     SqliteStorage(db, create=True).close()

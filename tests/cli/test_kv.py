@@ -246,7 +246,7 @@ def test_delete_prefix_rests_between_transactions(
     import itertools
     import time
 
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     seed_rows = {f"bulk:{n:05d}": "x" for n in range(2500)}
     with SqliteStorage(gateway_db) as provider:
@@ -346,7 +346,7 @@ def test_export_import_round_trip(cli: CliFn, gateway_db: Path, tmp_path: Path) 
     assert dict((d["key"], d["value"]) for d in map(json.loads, lines)) == GATEWAY_ROWS
     assert "Hva er været" in exported.stdout  # non-ASCII unescaped
     target = tmp_path / "copy.db"  # import never creates a store: made here first
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     SqliteStorage(target, create=True).close()
     # memory: records are never written through kv (see test_memory_cli: no write-down)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.conftest import CliFn
 from tests.helpers.memories import MAIN, current_rows, mkey, write_memory_store
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 
 def audits(db: Path, action: str) -> list[dict[str, object]]:

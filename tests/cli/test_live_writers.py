@@ -16,7 +16,7 @@ import pytest
 from tests.conftest import CliFn
 from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 ANCHOR = datetime(2026, 10, 1, tzinfo=timezone.utc)
 ANCHOR_ISO = "2026-10-01T00:00:00.000Z"

@@ -20,8 +20,8 @@ from tests.conftest import CliFn
 from tests.helpers.gateway import GATEWAY_ROWS, dump_tables, write_gateway_store
 from tests.helpers.services import S3, Postgres
 from triggerfish_cli.migrate.planning import PROGRESS_KEY
-from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.base import BaseStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 #: Keys every backend must carry across: unicode, '/', '%', spaces, the empty key, a long key.
 TRICKY = {
@@ -59,7 +59,7 @@ def make_spot(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Spot
         path = tmp_path / f"{name}.db"
         return Spot(kind, str(path), lambda: SqliteStorage(path, create=True))
     if kind == "postgres":
-        from triggerfish_cli.storage.postgres import PostgresStorage
+        from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
         pg: Postgres = request.getfixturevalue("postgres")
         schema = pg.new_schema()
@@ -69,7 +69,7 @@ def make_spot(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> Spot
             f"{pg.dsn}?schema={schema}",
             lambda: PostgresStorage(pg.dsn, schema=schema, create=True),
         )
-    from triggerfish_cli.storage.s3 import S3Storage
+    from triggerfish_cli.storage.s3.backend import S3Storage
 
     s3: S3 = request.getfixturevalue("s3")
     bucket = s3.new_bucket()
@@ -350,7 +350,7 @@ def terminate(postgres: Postgres, pid: int) -> None:
 def test_target_connection_dropped_mid_migrate(
     cli: CliFn, spot: Callable[[str], Spot], postgres: Postgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     rows = numbered(60)
     source, target = seeded(spot("sqlite"), rows), spot("postgres")
@@ -382,7 +382,7 @@ def test_target_backend_terminated_mid_copy_is_one_stderr_line(
     [BAD] at 0x...>`` became one line, exit 7; the rerun finishes."""
     import psycopg
 
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     rows = numbered(600)
     source, target = seeded(spot("sqlite"), rows), spot("postgres")
@@ -439,7 +439,7 @@ def test_a_server_error_with_detail_is_one_line(
 def test_source_connection_dropped_mid_migrate(
     cli: CliFn, spot: Callable[[str], Spot], postgres: Postgres, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     rows = numbered(60)
     source, target = seeded(spot("postgres"), rows), spot("sqlite")
@@ -499,7 +499,7 @@ def test_a_damaged_target_fails_verification(
     cli: CliFn, spot: Callable[[str], Spot], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A write the target lost (or garbled) is caught by the checksums."""
-    from triggerfish_cli.storage.postgres import PostgresStorage
+    from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
     rows = numbered(30)
     source, target = seeded(spot("sqlite"), rows), spot("postgres")

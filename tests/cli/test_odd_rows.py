@@ -64,7 +64,7 @@ def stored(path: Path) -> list[tuple[object, ...]]:
 
 
 def new_store(path: Path) -> Path:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     SqliteStorage(path, create=True).close()
     return path
@@ -334,7 +334,7 @@ def test_retention_keeps_odd_values_as_of_unknown_age(db: Path, tmp_path: Path) 
 
 def test_the_sqlite_backend_pages_through_odd_keys_and_writes_them_back(db: Path) -> None:
     from triggerfish_cli import cells
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     store = SqliteStorage(db)
     try:

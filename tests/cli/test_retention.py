@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.gateway import CRON_ID, GATEWAY_ROWS, LINEAGE_ID, SESSION_ID, dump_tables
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 AS_OF = "2026-07-01T00:00:00Z"
 GONE = {

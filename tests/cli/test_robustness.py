@@ -183,7 +183,7 @@ def test_files_holding_store_data_are_private(cli: CliFn, base_dir: Path, tmp_pa
     old = os.umask(0o022)
     try:
         store = base_dir / "data" / "triggerfish.db"
-        from triggerfish_cli.storage.sqlite import SqliteStorage
+        from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
         SqliteStorage(store, create=True).close()  # a store we create: 0600 (kv import makes none)
         assert (

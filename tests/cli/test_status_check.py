@@ -24,7 +24,7 @@ from tests.conftest import CliFn
 from tests.helpers.gateway import memory_record
 from triggerfish_cli import audit
 from triggerfish_cli.serialization import to_iso
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 #: Every check off but the one a test looks at (and the destination, always checked).
 ALL_OFF = ("backup-age", "sweep-age", "wal-size", "index-drift", "config-versions")

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import CliFn
 from tests.helpers.gateway import memory_record
 from tests.helpers.memories import MAIN, mkey, write_memory_store
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 CRAFTED = {
     "level": (

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.services import S3, Postgres
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.in_memory import MemoryStorage
-from triggerfish_cli.storage.provider import BaseStorage
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 Provider = BaseStorage
 
@@ -77,7 +77,7 @@ def _postgres() -> Factory:
     schemas: dict[Path, str] = {}
 
     def factory(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
-        from triggerfish_cli.storage.postgres import PostgresStorage
+        from triggerfish_cli.storage.postgres.backend import PostgresStorage
 
         server: Postgres = request.getfixturevalue("postgres")
         if tmp_path not in schemas:
@@ -92,7 +92,7 @@ def _s3() -> Factory:
     buckets: dict[Path, str] = {}
 
     def factory(tmp_path: Path, request: pytest.FixtureRequest) -> Provider:
-        from triggerfish_cli.storage.s3 import S3Storage
+        from triggerfish_cli.storage.s3.backend import S3Storage
 
         server: S3 = request.getfixturevalue("s3")
         if tmp_path not in buckets:

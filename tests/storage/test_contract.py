@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tests.storage.backends import BACKENDS, Provider
 from triggerfish_cli.errors import InvalidDataError
+from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
 
 Factory = Callable[[], Provider]
@@ -459,3 +460,37 @@ def check_against_model(kv: Provider, ops: list[tuple[str, str, str]], prefixes:
         size = sum(value_size(model[k]) for k in expected)
         if prefix:
             assert kv.prefix_stats([prefix])[prefix] == PrefixStats(len(expected), size)
+
+
+# -- capabilities with a generic fallback (provider.py) -------------------------------------
+
+
+def test_scan_stored_is_every_key_with_its_utf8_bytes(kv: Provider) -> None:
+    kv.set_many([("b", "é"), ("a", "1"), ("c:d", "日本")])
+    assert list(kv.scan_stored(batch_size=2)) == [
+        ("a", b"1"),
+        ("b", "é".encode()),
+        ("c:d", "日本".encode()),
+    ]
+
+
+def test_unmapped_changes_no_result(kv: Provider) -> None:
+    kv.set_many([("a", "1"), ("b", "2")])
+    with kv.unmapped():
+        assert list(kv.scan()) == [("a", "1"), ("b", "2")]
+    assert kv.get("b") == "2"
+
+
+def test_fill_loads_an_empty_store(kv: Provider) -> None:
+    fts = [("main", "PUBLIC", "k", "some words", "")]
+    meta = [("main", "PUBLIC", "k", '{"content": "some words"}')]
+    indexed = kv.fill(iter([("b", "2"), ("a", "1")]), fts, meta)
+    assert list(kv.scan()) == [("a", "1"), ("b", "2")]
+    assert indexed in (0, 1)  # 1 where the backend keeps the gateway's memory tables
+
+
+def test_is_same_store_through_two_handles_and_not_another(make: Factory) -> None:
+    first, second = make(), make()  # the same store, opened twice
+    assert first.is_same_store(first)
+    assert first.is_same_store(second) and second.is_same_store(first)
+    assert not first.is_same_store(MemoryStorage())

@@ -1,4 +1,4 @@
-"""storage/integrity.py: SQLite's integrity check in pieces finds what the whole one finds."""
+"""storage/sqlite/integrity.py: integrity check in pieces finds what the whole check finds."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from triggerfish_cli.storage import integrity
+from triggerfish_cli.storage.sqlite import integrity
 
 
 def _problems(db: Path, parts: int = 4) -> list[str]:

@@ -18,7 +18,7 @@ from triggerfish_cli.errors import (
     InvalidDataError,
     RefusedError,
 )
-from triggerfish_cli.storage.postgres import PostgresStorage
+from triggerfish_cli.storage.postgres.backend import PostgresStorage
 from triggerfish_cli.storage.remote_settings import dsn_has_password
 
 
@@ -312,7 +312,7 @@ def test_the_lock_is_server_side_names_its_holder_and_dies_with_its_connection(
     postgres: Postgres, store: PostgresStorage
 ) -> None:
     from triggerfish_cli.errors import BusyError
-    from triggerfish_cli.storage.pg_lock import lock_key
+    from triggerfish_cli.storage.postgres.lock import lock_key
 
     other = store.reopen(read_only=False)
     try:

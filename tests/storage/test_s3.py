@@ -16,7 +16,7 @@ from tests.conftest import CliFn
 from tests.helpers.services import S3
 from triggerfish_cli.errors import BackendUnavailableError, InvalidDataError, RefusedError
 from triggerfish_cli.storage.provider import PrefixStats
-from triggerfish_cli.storage.s3 import S3Storage
+from triggerfish_cli.storage.s3.backend import S3Storage
 
 
 def open_store(s3: S3, bucket: str, prefix: str = "tf/", **kwargs: Any) -> S3Storage:
@@ -320,7 +320,7 @@ def test_an_expired_lease_of_a_crashed_holder_is_taken_over(
     import time
 
     from triggerfish_cli.errors import BusyError
-    from triggerfish_cli.storage.s3_lease import lease_name
+    from triggerfish_cli.storage.s3.lease import lease_name
 
     client: Any = s3.client()
     name = "tf/" + lease_name("job")
@@ -341,7 +341,7 @@ def test_a_long_job_renews_its_lease(s3: S3, bucket: str, store: S3Storage) -> N
     import json
     import time
 
-    from triggerfish_cli.storage.s3_lease import lease_name
+    from triggerfish_cli.storage.s3.lease import lease_name
 
     store.lease_ttl = 0.4  # renewed every 0.1 s
     client: Any = s3.client()
@@ -444,7 +444,7 @@ def test_an_endpoint_frozen_mid_migrate_fails_in_bounded_time_with_exit_7(
 ) -> None:
     """Issue 15: 124-155 s with connect_timeout 3 (30 s reads, 3 tries, then more
     requests). Each request now gives up after max_attempts reads of read_timeout."""
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     source = tmp_path / "source.db"
     with SqliteStorage(source, create=True) as provider:

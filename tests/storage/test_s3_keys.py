@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from triggerfish_cli.errors import InvalidDataError
-from triggerfish_cli.storage.s3_keys import (
+from triggerfish_cli.storage.s3.keys import (
     EMPTY_KEY,
     KeyCodec,
     decode,

@@ -17,7 +17,7 @@ from triggerfish_cli.errors import (
     InvalidDataError,
 )
 from triggerfish_cli.storage.provider import uncovered_ranges
-from triggerfish_cli.storage.sqlite import SqliteStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 
 def digest(path: Path) -> str:
@@ -265,7 +265,7 @@ def test_any_keys_probes_use_the_index_range(tmp_path: Path) -> None:
 def test_a_listing_of_every_value_reads_unmapped_and_maps_again_after(tmp_path: Path) -> None:
     """kv list/export read through the page cache (a flat resident set), then the map is back."""
     from triggerfish_cli import kv
-    from triggerfish_cli.storage.sqlite import MMAP_SIZE
+    from triggerfish_cli.storage.sqlite.sql import MMAP_SIZE
 
     db = tmp_path / "s.db"
     write_gateway_store(db, {"a": '"1"', "b": '"2"'})

@@ -1,4 +1,4 @@
-"""The write gate (storage/write_gate.py): pausing the live writers around each write.
+"""The write gate (storage/sqlite/write_gate.py): pausing the live writers around each write.
 
 Every writer here behaves like the gateway: its own process and connection,
 no busy timeout (tests/helpers/gateway_writer.py).
@@ -26,8 +26,9 @@ from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention.policies import defaults
 from triggerfish_cli.retention.sweep import read_plan
-from triggerfish_cli.storage import write_gate as write_gate_module
-from triggerfish_cli.storage.live_writers import (
+from triggerfish_cli.storage.sqlite import write_gate as write_gate_module
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.live_writers import (
     SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
     LiveWriter,
@@ -39,8 +40,7 @@ from triggerfish_cli.storage.live_writers import (
     shm_readers,
     store_files,
 )
-from triggerfish_cli.storage.sqlite import SqliteStorage
-from triggerfish_cli.storage.write_gate import FreezeTooLong, WriteGate, _Freeze
+from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, WriteGate, _Freeze
 
 ANCHOR = datetime(2026, 10, 1, tzinfo=timezone.utc)
 ANCHOR_ISO = "2026-10-01T00:00:00.000Z"
@@ -616,7 +616,7 @@ def test_killing_or_stopping_us_mid_sweep_never_leaves_the_writer_stopped(
 
 def test_a_checkpoint_that_fails_is_counted_with_its_error(tmp_path: Path) -> None:
     """A checkpoint error is not lost: the gate's stats say how many and the newest."""
-    from triggerfish_cli.storage.write_gate import Checkpointer, GateStats
+    from triggerfish_cli.storage.sqlite.write_gate import Checkpointer, GateStats
 
     broken = tmp_path / "not-a-store.db"
     broken.write_bytes(b"this is no SQLite database at all" * 200)

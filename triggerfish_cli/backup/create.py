@@ -38,7 +38,6 @@ from triggerfish_cli.backup.archive import (
 )
 from triggerfish_cli.backup.crypt import Recipient
 from triggerfish_cli.backup.dest import Destination, temp_dir
-from triggerfish_cli.backup.snapshot import stream_snapshot
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.memory.keys import LEVELS_BY_NAME
@@ -46,11 +45,12 @@ from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
-from triggerfish_cli.storage.sqlite import gap_clause, range_clause
+from triggerfish_cli.storage.sqlite.snapshot import stream_snapshot
+from triggerfish_cli.storage.sqlite.sql import gap_clause, range_clause
 from triggerfish_cli.threads import cpu_workers
 
 if TYPE_CHECKING:
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Where backups live: a local directory (here) or an S3 prefix (backup/s3.py);
+"""Where backups live: a local directory (here) or an S3 prefix (storage/s3/destination.py);
 backup/destinations.py opens either.
 
 Both offer the same small interface to create, list, verify, restore and

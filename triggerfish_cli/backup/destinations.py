@@ -24,11 +24,11 @@ def open_destination(
         return LocalDestination(store_backups_dir(), create=create)
     text = str(spec)
     if text.lower().startswith("s3://"):
-        from triggerfish_cli.backup.s3 import S3Destination
+        from triggerfish_cli.storage.backends import s3_destination
         from triggerfish_cli.storage.factory import missing_extra
 
         try:
-            return S3Destination.from_url(text, endpoint_url=endpoint_url, sse=sse)
+            return s3_destination(text, endpoint_url=endpoint_url, sse=sse)
         except ModuleNotFoundError as exc:
             error = missing_extra(exc)
             if error is None:

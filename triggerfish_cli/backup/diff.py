@@ -17,18 +17,17 @@ without one, every row is counted, and naming memory keys above PUBLIC
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.backup.archive import Manifest, decompress_chunks
 from triggerfish_cli.classification import Level
 from triggerfish_cli.memory.keys import PREFIX, may_name
+from triggerfish_cli.storage.backends import physical
 
 KINDS = ("added", "removed", "changed")
 
@@ -166,10 +165,10 @@ def archive_rows(
     manifest = result.manifest
     assert manifest is not None
     if manifest.kind == "physical":
-        snapshot = work / "snapshot.db"
-        uri = f"file:{quote(str(snapshot.absolute()))}?mode=ro&immutable=1"
-        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
-            yield manifest, iter(conn.execute("SELECT key, value FROM kv ORDER BY key"))
+        copy_rows = physical(manifest.backend).copy_rows
+        assert copy_rows is not None
+        with copy_rows(work / "snapshot.db") as rows:
+            yield manifest, rows
         return
     with path.open("rb") as handle, payload_stream(handle, manifest, identities, name) as reader:
         chunks = decompress_chunks(reader, manifest.compression, manifest.frames)

@@ -77,7 +77,7 @@ def load_mode(
     if replace:
         writers = [] if force else provider.live_writers()
         if writers:
-            from triggerfish_cli.storage.live_writers import describe_writers
+            from triggerfish_cli.storage.sqlite.live_writers import describe_writers
 
             raise BusyError(
                 f"{provider.describe()}: --replace while live writers have the store open "
@@ -248,7 +248,7 @@ def _archive_rows(
 
     if manifest.kind == "physical":
         from triggerfish_cli.cells import decode_text
-        from triggerfish_cli.storage.sqlite import odd_rows
+        from triggerfish_cli.storage.sqlite.sql import odd_rows
 
         with contextlib.closing(sqlite3.connect(snapshot)) as conn:
             conn.text_factory = decode_text  # TEXT that is not UTF-8 too (cells.py)

@@ -198,7 +198,7 @@ def set_identity(scratch: Path, store_id: str | None) -> None:
     back into it before the swap, and fsynced (``synchronous=FULL``).
     """
     from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
-    from triggerfish_cli.storage.sqlite import private_transaction
+    from triggerfish_cli.storage.sqlite.sql import private_transaction
 
     with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
         present = conn.execute(
@@ -229,7 +229,7 @@ def _audit_file(
 ) -> None:
     """The audit record of a restore, in the store it produced (best effort: it is done)."""
     from triggerfish_cli import audit
-    from triggerfish_cli.storage.sqlite import SqliteStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     with contextlib.suppress(TriggerfishError):
         store = SqliteStorage(db)

@@ -3,7 +3,7 @@
 One pass over the payload hashes it (sha256 against the manifest) while
 decompressing it: a physical backup into a scratch SQLite file that then
 passes SQLite's integrity check (``PRAGMA integrity_check``, in pieces on
-every core: storage/integrity.py), the FTS5 integrity check of the memory
+every core: storage/sqlite/integrity.py), the FTS5 integrity check of the memory
 index when the store has one, and the key counts per namespace and memories
 per level of the manifest; a logical backup line by line (valid JSON, keys
 strictly increasing, the same counts). The verdict is recorded beside the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,7 +37,7 @@ from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
-from triggerfish_cli.storage import integrity
+from triggerfish_cli.storage.backends import physical
 from triggerfish_cli.threads import cpu_workers
 
 
@@ -169,7 +168,7 @@ def verify_file(
     if manifest.kind == "physical":
         assert snapshot is not None
         progress.phase(f"integrity check of {name}")
-        counts = _check_sqlite(snapshot, manifest, result)
+        counts = _check_physical(snapshot, manifest, result)
     if counts is not None:
         _compare_counts(manifest, counts, result)
     return result
@@ -378,41 +377,15 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
         raise VerificationError(f"line {number + 1}: incomplete (no newline at the end)")
 
 
-def _check_sqlite(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
-    """SQLite's integrity check in pieces on every core (storage/integrity.py), the
-    other checks beside them."""
-    problems, counts = integrity.check(
-        snapshot, cpu_workers(), lambda: _check_rest(snapshot, manifest, result)
+def _check_physical(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
+    """The backend's own checks of a physical copy (SQLite: its integrity check in
+    pieces on every core, and the other checks beside it)."""
+    check_copy = physical(manifest.backend).check_copy
+    assert check_copy is not None
+    counts: Counts | None = check_copy(
+        snapshot, manifest.page_count, count_rows, cpu_workers(), result.checks, result.failures
     )
-    if problems:
-        result.failures.insert(0, "integrity check: " + "; ".join(problems[:5]))
-        return None
-    result.checks.insert(0, "SQLite integrity check: ok")
     return counts
-
-
-def _check_rest(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
-    try:
-        with contextlib.closing(integrity.open_checked(snapshot)) as conn:
-            pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
-            if manifest.page_count is not None and pages != manifest.page_count:
-                result.failures.append(
-                    f"page count: {pages}, the manifest says {manifest.page_count}"
-                )
-            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-            if "kv" not in tables:
-                result.failures.append("schema: no kv table: not a Triggerfish store")
-                return None
-            if "memory_fts" in tables:
-                try:
-                    conn.execute("INSERT INTO memory_fts(memory_fts) VALUES('integrity-check')")
-                    result.checks.append("memory_fts integrity-check: ok")
-                except sqlite3.Error as exc:
-                    result.failures.append(f"memory_fts integrity-check: {exc}")
-            return count_rows(conn)
-    except sqlite3.Error as exc:
-        result.failures.append(f"sqlite: {exc}")
-        return None
 
 
 def _compare_counts(manifest: Manifest, counts: Counts, result: Verified) -> None:

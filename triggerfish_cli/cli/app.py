@@ -258,15 +258,15 @@ app = typer.Typer(
 
 
 def _complete_backend(incomplete: str) -> list[str]:
-    from triggerfish_cli.settings import known_backends
+    from triggerfish_cli.storage.backends import known_backends
 
     return [name for name in known_backends() if name.startswith(incomplete)]
 
 
 def _complete_live_writers(incomplete: str) -> list[str]:
-    from triggerfish_cli.storage.write_gate import MODES
+    from triggerfish_cli.storage.backends import LIVE_WRITER_MODES
 
-    return [mode for mode in MODES if mode.startswith(incomplete)]
+    return [mode for mode in LIVE_WRITER_MODES if mode.startswith(incomplete)]
 
 
 def _version(value: bool) -> None:
@@ -399,9 +399,9 @@ def root(
     8 invalid data or config, 9 cannot write (disk full, read-only),
     130 interrupted.
     """
-    from triggerfish_cli.storage.write_gate import choose_mode
+    from triggerfish_cli.storage.backends import choose_live_writers
 
-    choose_mode(live_writers)
+    choose_live_writers(live_writers)
     st = state(ctx)
     st.db, st.config, st.backend = db, config, backend
     st.db_from = _given_by(ctx, "db", "--db", "TRIGGERFISH_DB")

@@ -1,8 +1,8 @@
 """Which memory index serves a store, by its backend, and bringing it in line after a bulk load.
 
-SQLite: the gateway's own FTS5 tables (fts.py); Postgres: a tsvector index
-(pg.py, imported only for a Postgres store); any other backend: no stored
-index, a search indexes the visible memories in RAM (fts.ScanIndex).
+The backend table (storage/backends.py) names each backend's index. SQLite: the
+gateway's own FTS5 tables; Postgres: a tsvector index; any other backend: no
+stored index, a search indexes the visible memories in RAM.
 """
 
 from __future__ import annotations
@@ -10,26 +10,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from triggerfish_cli.classification import Level
-from triggerfish_cli.memory.fts import ScanIndex
 from triggerfish_cli.memory.index import MemoryIndex
+from triggerfish_cli.storage.backends import memory_index_for
 from triggerfish_cli.storage.provider import StorageProvider
-
-#: backend name -> "module:function(provider) -> MemoryIndex", imported lazily.
-_INDEXES: dict[str, str] = {
-    "sqlite": "triggerfish_cli.memory.fts:for_sqlite",
-    "postgres": "triggerfish_cli.memory.pg:for_postgres",
-}
 
 
 def index_for(provider: StorageProvider) -> MemoryIndex:
-    target = _INDEXES.get(provider.backend)
-    if target is None:
-        return ScanIndex(provider)
-    import importlib
-
-    module, _, function = target.partition(":")
-    index: MemoryIndex = getattr(importlib.import_module(module), function)(provider)
-    return index
+    return memory_index_for(provider)
 
 
 def bring_in_line(provider: StorageProvider, levels: Sequence[Level] | None = None) -> str:

@@ -2,7 +2,7 @@
 
 The gateway sets no busy timeout: while we hold SQLite's write lock, its
 writes fail at once and are lost. So every batch is one write transaction
-through the store's write gate (SQLite: storage/write_gate.py), which pauses
+through the store's write gate (SQLite: storage/sqlite/write_gate.py), which pauses
 the live writers for the few milliseconds the batch holds the lock; the apply
 step
 
@@ -42,6 +42,8 @@ from typing import Any
 
 from triggerfish_cli import audit
 from triggerfish_cli.errors import ExitStatus, RefusedError, TriggerfishError
+from triggerfish_cli.memory.index import MemoryIndex
+from triggerfish_cli.memory.indexes import index_for
 from triggerfish_cli.retention.plan import (
     CRON_HISTORY_LIVE,
     Action,
@@ -298,7 +300,7 @@ def apply_plan(
         ],
     )
     by_name = {entry.namespace: entry for entry in result.namespaces}
-    memory = _MemoryIndex.of(provider) if "memory:" in plan.namespaces else None
+    memory = index_for(provider) if "memory:" in plan.namespaces else None
     try:
         with provider.bulk_writes():
             _apply_all(provider, plan, pacer, by_name, memory, on_progress)
@@ -324,7 +326,7 @@ def _apply_all(
     plan: Plan,
     pacer: _Pacer,
     by_name: dict[str, NamespaceResult],
-    memory: _MemoryIndex | None,
+    memory: MemoryIndex | None,
     on_progress: ProgressFn | None,
 ) -> None:
     remaining = sum(len(ns_plan.actions) for ns_plan in plan.namespaces.values())
@@ -404,7 +406,7 @@ def _apply_batch(
     provider: StorageProvider,
     batch: Sequence[Action],
     counts: NamespaceResult,
-    memory: _MemoryIndex | None,
+    memory: MemoryIndex | None,
     pacer: _Pacer,
 ) -> tuple[float, int, float]:
     """Apply one batch: (seconds holding the write lock, WAL frames checkpointed or
@@ -423,7 +425,9 @@ def _apply_batch(
     try:
         if deletes:
             if memory is not None and counts.namespace == "memory:":
-                deleted = memory.delete_if_unchanged(deletes)
+                # The index deletes the kv rows and any stale index rows of theirs
+                # (the gateway removed them at soft delete) in one transaction.
+                deleted = memory.hard_delete(deletes)
             else:
                 deleted = provider.delete_if_unchanged(deletes, batch_size=len(deletes))
         if trims:
@@ -482,62 +486,6 @@ def _guarded(provider: StorageProvider, batch: Sequence[Action]) -> list[Action]
         elif id(action) not in newer:
             ready.append(action)
     return ready
-
-
-class _MemoryIndex:
-    """SQLite: delete soft-deleted memories with any stale memory_fts/memory_meta row.
-
-    The gateway removed the index rows at soft delete; a row still there is
-    stale and goes in the same transaction as the kv row.
-    """
-
-    def __init__(self, provider: Any, tables: set[str]) -> None:
-        self.provider = provider
-        self.tables = tables
-
-    @classmethod
-    def of(cls, provider: StorageProvider) -> _MemoryIndex | None:
-        from triggerfish_cli.storage.sqlite import MEMORY_INDEX_TABLES, SqliteStorage
-
-        if not isinstance(provider, SqliteStorage):
-            return None
-        return cls(provider, provider.tables() & set(MEMORY_INDEX_TABLES))
-
-    def delete_if_unchanged(self, items: Sequence[tuple[str, str]]) -> int:
-        """Delete in one transaction; in halves when the write gate cut it short."""
-        from triggerfish_cli.storage.write_gate import FreezeTooLong, retried
-
-        if len(items) <= 1:
-            return retried(lambda: self._delete(items))
-        try:
-            return self._delete(items)
-        except FreezeTooLong:
-            half = len(items) // 2
-            return self.delete_if_unchanged(items[:half]) + self.delete_if_unchanged(items[half:])
-
-    def _delete(self, items: Sequence[tuple[str, str]]) -> int:
-        gone: list[tuple[str, str, str]] = []
-        with self.provider.transaction("retention: delete memories") as conn:
-            for key, expected in items:
-                cursor = conn.execute("DELETE FROM kv WHERE key = ? AND value = ?", (key, expected))
-                parts = key.split(":", 3)
-                if cursor.rowcount and len(parts) == 4:
-                    gone.append((parts[1], parts[2], parts[3]))
-            if gone and "memory_meta" in self.tables:
-                conn.executemany(
-                    "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?",
-                    gone,
-                )
-            if gone and "memory_fts" in self.tables:
-                for start in range(0, len(gone), 300):  # FTS5 columns have no index: one pass
-                    chunk = gone[start : start + 300]
-                    rows = ",".join("(?,?,?)" for _ in chunk)
-                    conn.execute(
-                        "DELETE FROM memory_fts WHERE rowid IN (SELECT rowid FROM memory_fts "
-                        f"WHERE (agent_id, classification, key) IN (VALUES {rows}))",
-                        [value for row in chunk for value in row],
-                    )
-        return len(gone)
 
 
 @contextlib.contextmanager

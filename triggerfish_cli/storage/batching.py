@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import TypeVar
 
-from triggerfish_cli.storage.write_gate import ATTEMPTS, FreezeTooLong, WriteGate
+from triggerfish_cli.storage.sqlite.write_gate import ATTEMPTS, FreezeTooLong, WriteGate
 
 X = TypeVar("X")
 R = TypeVar("R")

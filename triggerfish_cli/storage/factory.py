@@ -18,29 +18,15 @@ target). A store that does not exist is a :class:`MissingStoreError`
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError, UsageError
 from triggerfish_cli.paths import db_path_in, resolve_base
-from triggerfish_cli.settings import (
-    Settings,
-    StorageConfig,
-    known_backends,
-    parse_storage_section,
-)
+from triggerfish_cli.settings import Settings, StorageConfig
+from triggerfish_cli.storage.backends import BACKENDS, known_backends, parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
-
-#: backend name -> "module:function" opening it; modules are imported lazily so
-#: that an SQLite command never pays for a Postgres or S3 client library.
-_OPENERS: dict[str, str] = {
-    "sqlite": "triggerfish_cli.storage.factory:_open_sqlite",
-    "memory": "triggerfish_cli.storage.factory:_open_memory",
-    "postgres": "triggerfish_cli.storage.postgres:open_config",
-    "s3": "triggerfish_cli.storage.s3:open_config",
-}
 
 #: Python modules of the optional extras: module -> (what it supports, extra).
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -50,10 +36,6 @@ EXTRAS: dict[str, tuple[str, str]] = {
     "botocore": ("S3", "s3"),
     "s3transfer": ("S3", "s3"),
 }
-
-
-def register_opener(backend: str, target: str) -> None:
-    _OPENERS[backend] = target
 
 
 def missing_extra(exc: ModuleNotFoundError) -> BackendUnavailableError | None:
@@ -142,12 +124,8 @@ def open_provider(config: StorageConfig, *, create: bool = False) -> StorageProv
     chosen; a missing client library (an extra not installed) is exit 7
     with the ``pip install`` that fixes it.
     """
-    module_name, _, function = _OPENERS[config.backend].partition(":")
     try:
-        opener: Callable[[StorageConfig, bool], StorageProvider] = getattr(
-            importlib.import_module(module_name), function
-        )
-        return opener(config, create)
+        return BACKENDS[config.backend].open(config, create)
     except ModuleNotFoundError as exc:
         error = missing_extra(exc)
         if error is None:
@@ -164,22 +142,3 @@ def _missing_message(message: str, config: StorageConfig) -> str:
     if config.backend == "sqlite" and config.source in ("default", "config"):
         text += "; the gateway creates it on first start"
     return text
-
-
-def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
-    from triggerfish_cli.storage.sqlite import DEFAULT_BUSY_TIMEOUT_MS, SqliteStorage
-
-    assert config.path is not None
-    return SqliteStorage(
-        config.path,
-        create=create,
-        busy_timeout_ms=int(config.options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS)),
-        live_writers=config.options.get("live_writers"),
-    )
-
-
-def _open_memory(config: StorageConfig, create: bool) -> StorageProvider:
-    from triggerfish_cli.storage.in_memory import MemoryStorage
-
-    return MemoryStorage()
-

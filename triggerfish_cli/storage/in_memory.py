@@ -13,7 +13,8 @@ from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 
 from triggerfish_cli.errors import BusyError
-from triggerfish_cli.storage.provider import BaseStorage
+from triggerfish_cli.storage.base import BaseStorage
+from triggerfish_cli.storage.provider import StorageProvider
 
 
 class MemoryStorage(BaseStorage):
@@ -25,6 +26,9 @@ class MemoryStorage(BaseStorage):
 
     def describe(self) -> str:
         return "memory:"
+
+    def is_same_store(self, other: StorageProvider) -> bool:
+        return other is self  # every memory store describes itself as memory:
 
     def get(self, key: str) -> str | None:
         return self._data.get(key)

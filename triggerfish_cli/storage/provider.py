@@ -1,11 +1,11 @@
-"""The StorageProvider protocol, and generic fallbacks built on its five seed operations.
+"""The StorageProvider protocol, and the helpers its implementations share.
 
 The seed defines five operations: ``get``, ``set``, ``delete``,
 ``list(prefix)`` and ``clear``. Admin work needs more: streaming scans of
 ``(key, value)`` pairs, batched deletes in short transactions, counts and
-byte sizes per prefix. :class:`BaseStorage` implements all of them on top of
-the five, so a new backend works once it has the five; backends override the
-extensions with native versions where they can be faster.
+byte sizes per prefix. ``BaseStorage`` (base.py) implements all of them on
+top of the five, so a new backend works once it has the five; backends
+override the extensions with native versions where they can be faster.
 
 Prefix semantics on every backend: a prefix is literal and case-sensitive
 (``%``, ``_``, ``*``, ``:`` and unicode are ordinary characters), and keys
@@ -18,19 +18,18 @@ Nothing here is SQL: the protocol must fit SQLite, Postgres, S3 and a dict.
 from __future__ import annotations
 
 import builtins
-import contextlib
-import itertools
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from triggerfish_cli import cells
+
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from triggerfish_cli.storage.write_gate import WriteGate
+    from triggerfish_cli.storage.sqlite.write_gate import WriteGate
 
 _T = TypeVar("_T")
 
@@ -55,7 +54,6 @@ def value_size(value: str) -> int:
     """Size of a stored value in bytes, as the SQLite file holds it (UTF-8)."""
     if value.isascii():
         return len(value)
-    from triggerfish_cli import cells
 
     if not cells.is_plain(value):  # not UTF-8 text (cells.py): its stored bytes
         return len(cells.raw_bytes(value))
@@ -158,6 +156,45 @@ class StorageProvider(Protocol):
         """
         ...
 
+    def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
+        """Every key with its value's bytes exactly as stored, in key order (SQLite: not
+        decoded at all; elsewhere the value's UTF-8, or its raw bytes: cells.py)."""
+        ...
+
+    def unmapped(self) -> AbstractContextManager[None]:
+        """Around a listing of every value: a resident set that stays flat (SQLite: reads
+        through the page cache instead of the memory map); a no-op elsewhere."""
+        ...
+
+    def fill(
+        self,
+        rows: Iterable[tuple[str, str]],
+        memory_fts: Sequence[tuple[str, str, str, str, str]] = (),
+        memory_meta: Sequence[tuple[str, str, str, str]] = (),
+    ) -> int:
+        """Load ``rows`` into an empty store at once (demo create). Where the backend
+        keeps the gateway's memory search tables (SQLite), their rows ``memory_fts``
+        and ``memory_meta`` go in too, tables made first; elsewhere they are left
+        out. The number of memories indexed (0: none)."""
+        ...
+
+    def is_same_store(self, other: StorageProvider) -> bool:
+        """Whether ``other`` is this very store (SQLite: the same file, through any
+        path; elsewhere the same ``describe()``)."""
+        ...
+
+    def record_checksums(
+        self, ranges: Sequence[tuple[str | None, str | None, str | None]]
+    ) -> dict[str, tuple[int, int]] | None:
+        """``(count, checksum)`` per namespace over key ranges, computed by the backend
+        itself (Postgres: in the server; see checksums.py); None where it cannot."""
+        ...
+
+    def file_status(self) -> dict[str, Any] | None:
+        """The store's own files (SQLite: ``path``, ``size``, ``wal_size``,
+        ``journal_mode``); None for a store that has none."""
+        ...
+
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         """Values of those keys that exist."""
         ...
@@ -173,7 +210,7 @@ class StorageProvider(Protocol):
 
     def live_writers(self) -> builtins.list[Any]:
         """Other processes writing this store that our writes must pause (SQLite: the
-        gateway's, see storage/live_writers.py); empty where the backend has real
+        gateway's, see storage/sqlite/live_writers.py); empty where the backend has real
         concurrency control."""
         ...
 
@@ -184,7 +221,7 @@ class StorageProvider(Protocol):
     @property
     def write_gate(self) -> WriteGate | None:
         """The write gate every write transaction passes (SQLite: it pauses the live
-        writers meanwhile, storage/write_gate.py); None where the backend has real
+        writers meanwhile, storage/sqlite/write_gate.py); None where the backend has real
         concurrency control."""
         ...
 
@@ -303,238 +340,6 @@ class StorageProvider(Protocol):
         are written. ``(written, deleted)``; None, with ``rows`` untouched, where it
         cannot be done so (the caller loads in batches)."""
         ...
-
-
-class BaseStorage(ABC):
-    """Generic implementations of the admin operations on top of the five.
-
-    Subclasses implement ``get``, ``set``, ``delete``, ``list``, ``clear``
-    and ``describe``, and override the rest where they have something
-    faster or more atomic.
-    """
-
-    backend: str = "base"
-
-    @abstractmethod
-    def describe(self) -> str: ...
-
-    @abstractmethod
-    def get(self, key: str) -> str | None: ...
-
-    @abstractmethod
-    def set(self, key: str, value: str) -> None: ...
-
-    @abstractmethod
-    def delete(self, key: str) -> None: ...
-
-    @abstractmethod
-    def list(self, prefix: str | None = None) -> list[str]: ...
-
-    @abstractmethod
-    def clear(self) -> None: ...
-
-    def close(self) -> None:
-        return None
-
-    def __enter__(self) -> BaseStorage:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    # -- generic fallbacks ------------------------------------------------
-
-    def scan_keys(
-        self,
-        prefix: str | None = None,
-        *,
-        start_after: str | None = None,
-        batch_size: int = DEFAULT_BATCH,
-    ) -> Iterator[str]:
-        for key in self.list(prefix):
-            if start_after is None or key > start_after:
-                yield key
-
-    def head(self, prefix: str, limit: int) -> builtins.list[tuple[str, str]]:
-        rows = self.scan(prefix, batch_size=max(1, min(limit, 2000)))
-        try:
-            return list(itertools.islice(rows, limit))
-        finally:
-            rows.close()  # type: ignore[attr-defined]
-
-    def scan(
-        self,
-        prefix: str | None = None,
-        *,
-        start_after: str | None = None,
-        batch_size: int = DEFAULT_BATCH,
-    ) -> Iterator[tuple[str, str]]:
-        for key in self.scan_keys(prefix, start_after=start_after, batch_size=batch_size):
-            value = self.get(key)
-            if value is not None:  # deleted since it was listed
-                yield key, value
-
-    def snapshot_scan(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, str]]:
-        """Fallback: :meth:`scan` of everything (batch after batch, not one snapshot)."""
-        yield from self.scan(batch_size=batch_size)
-
-    def scan_many(
-        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
-    ) -> Iterator[tuple[str, str]]:
-        """Fallback: one prefix after the other, in key order (not one snapshot)."""
-        for prefix in prefixes:
-            yield from self.scan(prefix, batch_size=batch_size)
-
-    def get_many(self, keys: Iterable[str]) -> dict[str, str]:
-        found: dict[str, str] = {}
-        for key in keys:
-            value = self.get(key)
-            if value is not None:
-                found[key] = value
-        return found
-
-    def any_keys(self, probes: Sequence[tuple[str, str | None]]) -> builtins.list[bool]:
-        return [
-            next(iter(self.scan_keys(prefix, start_after=after, batch_size=1)), None) is not None
-            for prefix, after in probes
-        ]
-
-    def set_many(self, items: Iterable[tuple[str, str]]) -> int:
-        written = 0
-        for key, value in items:
-            self.set(key, value)
-            written += 1
-        return written
-
-    def set_batched(self, items: Sequence[tuple[str, str]]) -> int:
-        return self.set_many(items)
-
-    def live_writers(self) -> builtins.list[Any]:
-        return []
-
-    def gate_stats(self) -> dict[str, Any] | None:
-        """What the write gate did so far (SQLite); None where there is none."""
-        return None
-
-    @property
-    def write_gate(self) -> WriteGate | None:
-        return None
-
-    def bulk_writes(self) -> AbstractContextManager[None]:
-        return contextlib.nullcontext()
-
-    def checkpoint(self, mode: str = "PASSIVE") -> tuple[int, int, int]:
-        return (0, 0, 0)
-
-    def atomic_loads(self) -> bool:
-        return False
-
-    def delete_many(
-        self,
-        keys: Iterable[str],
-        *,
-        batch_size: int = DEFAULT_BATCH,
-        pause: float = 0.0,
-        on_batch: BatchCallback | None = None,
-    ) -> int:
-        deleted = 0
-        for batch in batched(keys, batch_size):
-            done = 0
-            for key in batch:
-                if self.get(key) is not None:
-                    self.delete(key)
-                    done += 1
-            deleted += done
-            after_batch(done, pause, on_batch)
-        return deleted
-
-    def delete_if_unchanged(
-        self,
-        items: Iterable[tuple[str, str]],
-        *,
-        batch_size: int = DEFAULT_BATCH,
-        pause: float = 0.0,
-        on_batch: BatchCallback | None = None,
-    ) -> int:
-        deleted = 0
-        for batch in batched(items, batch_size):
-            done = 0
-            for key, expected in batch:
-                if self.get(key) == expected:
-                    self.delete(key)
-                    done += 1
-            deleted += done
-            after_batch(done, pause, on_batch)
-        return deleted
-
-    def replace_if_unchanged(
-        self,
-        items: Iterable[tuple[str, str, str]],
-        *,
-        batch_size: int = DEFAULT_BATCH,
-        pause: float = 0.0,
-        on_batch: BatchCallback | None = None,
-    ) -> int:
-        replaced = 0
-        for batch in batched(items, batch_size):
-            done = 0
-            for key, expected, new in batch:
-                if self.get(key) == expected:
-                    self.set(key, new)
-                    done += 1
-            replaced += done
-            after_batch(done, pause, on_batch)
-        return replaced
-
-    def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
-        """Fallback: a host-local OS file lock named after the store.
-
-        It serialises admin jobs run on this host (the usual case: cron on the
-        gateway's machine), not across hosts. Backends with a server-side
-        lock (Postgres advisory locks) override it.
-        """
-        from triggerfish_cli.storage.locks import file_lock, host_lock_path
-
-        return file_lock(host_lock_path(self.describe(), name), wait, what=name)
-
-    def count(self, prefix: str | None = None) -> int:
-        return sum(1 for _ in self.scan_keys(prefix))
-
-    def prefix_stats(self, prefixes: Sequence[str]) -> dict[str, PrefixStats]:
-        stats: dict[str, PrefixStats] = {}
-        for prefix in prefixes:
-            count = size = 0
-            for _key, value in self.scan(prefix):
-                count += 1
-                size += value_size(value)
-            stats[prefix] = PrefixStats(count, size)
-        return stats
-
-    def other_stats(self, known: Sequence[str], sep: str = ":") -> dict[str, PrefixStats]:
-        groups: dict[str, PrefixStats] = {}
-        known_tuple = tuple(known)
-        for key, value in self.scan():
-            if key.startswith(known_tuple):
-                continue
-            group = first_segment(key, sep)
-            groups[group] = groups.get(group, PrefixStats()) + PrefixStats(1, value_size(value))
-        return groups
-
-    def database_file(self) -> Path | None:
-        return None
-
-    def data_version(self) -> int | None:
-        return None
-
-    def load_at_once(
-        self,
-        rows: Iterable[tuple[str, str]],
-        *,
-        replace: bool,
-        only: Sequence[str] | None = None,
-        on_batch: Callable[[int], None] | None = None,
-    ) -> tuple[int, int] | None:
-        return None
 
 
 def uncovered_ranges(prefixes: Sequence[str]) -> list[tuple[str | None, str | None]]:

@@ -38,7 +38,7 @@ class S3Destination:
         sse: str | None = None,
         sse_kms_key_id: str | None = None,
     ) -> None:
-        from triggerfish_cli.storage.s3 import S3Storage
+        from triggerfish_cli.storage.s3.backend import S3Storage
 
         self.store = S3Storage(
             bucket,

@@ -264,3 +264,55 @@ def _pragma(path: Path, pragma: str) -> list[str]:
     with contextlib.closing(open_checked(path)) as conn:
         rows = [str(row[0]) for row in conn.execute(pragma)]
     return [] if rows == ["ok"] else rows
+
+
+def check_copy(
+    path: Path,
+    page_count: int | None,
+    count: Callable[[sqlite3.Connection], _T],
+    workers: int,
+    checks: list[str],
+    failures: list[str],
+) -> _T | None:
+    """Check a physical copy of a store (a backup's snapshot): the integrity check in
+    pieces on ``workers`` threads and, beside it, its page count against
+    ``page_count``, its kv table, the FTS5 check of memory_fts, then ``count(conn)``.
+
+    What passed goes to ``checks``, what failed to ``failures``; ``count``'s result,
+    or None when the copy is not sound (or not a store)."""
+    problems, counts = check(
+        path, workers, lambda: _check_rest(path, page_count, count, checks, failures)
+    )
+    if problems:
+        failures.insert(0, "integrity check: " + "; ".join(problems[:5]))
+        return None
+    checks.insert(0, "SQLite integrity check: ok")
+    return counts
+
+
+def _check_rest(
+    path: Path,
+    page_count: int | None,
+    count: Callable[[sqlite3.Connection], _T],
+    checks: list[str],
+    failures: list[str],
+) -> _T | None:
+    try:
+        with contextlib.closing(open_checked(path)) as conn:
+            pages = int(conn.execute("PRAGMA page_count").fetchone()[0])
+            if page_count is not None and pages != page_count:
+                failures.append(f"page count: {pages}, the manifest says {page_count}")
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+            if "kv" not in tables:
+                failures.append("schema: no kv table: not a Triggerfish store")
+                return None
+            if "memory_fts" in tables:
+                try:
+                    conn.execute("INSERT INTO memory_fts(memory_fts) VALUES('integrity-check')")
+                    checks.append("memory_fts integrity-check: ok")
+                except sqlite3.Error as exc:
+                    failures.append(f"memory_fts integrity-check: {exc}")
+            return count(conn)
+    except sqlite3.Error as exc:
+        failures.append(f"sqlite: {exc}")
+        return None

@@ -2,7 +2,7 @@
 
 One object per key, under a bucket and a key prefix of the store's own
 (``prefix: prod/`` -> ``s3://bucket/prod/<encoded key>``). Keys are encoded
-by :mod:`triggerfish_cli.storage.s3_keys` so that any key round-trips and
+by :mod:`triggerfish_cli.storage.s3.keys` so that any key round-trips and
 ListObjectsV2 returns them in key order; the object body is the value's
 UTF-8 bytes.
 
@@ -47,9 +47,9 @@ from triggerfish_cli.errors import (
     TriggerfishError,
 )
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
-    BaseStorage,
     BatchCallback,
     PrefixStats,
     after_batch,
@@ -62,7 +62,7 @@ from triggerfish_cli.storage.remote_settings import (
     check_bucket,
     normalize_prefix,
 )
-from triggerfish_cli.storage.s3_keys import Entry, KeyCodec, frame, unframe
+from triggerfish_cli.storage.s3.keys import Entry, KeyCodec, frame, unframe
 from triggerfish_cli.threads import block_signals
 
 #: Lease (lock) objects start with this; listings of keys skip them.
@@ -663,8 +663,8 @@ class S3Storage(BaseStorage):
         return self._map(self._any_key, list(probes))
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
-        """A lease object with an expiry (see :mod:`~triggerfish_cli.storage.s3_lease`)."""
-        from triggerfish_cli.storage.s3_lease import lease, lease_name
+        """A lease object with an expiry (see :mod:`~triggerfish_cli.storage.s3.lease`)."""
+        from triggerfish_cli.storage.s3.lease import lease, lease_name
 
         self._check_writable()
         return lease(

@@ -42,11 +42,6 @@ from triggerfish_cli.memory.index import (
     SearchResult,
     accept_rows,
     column_sizes,
-    fts_query,
-    fts_string,
-    has_tokens,
-    level_match,
-    query_phrases,
     rank_score,
 )
 from triggerfish_cli.memory.keys import (
@@ -60,28 +55,27 @@ from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.sqlite import (
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts_query import (
+    fts_query,
+    fts_string,
+    has_tokens,
+    level_match,
+    query_phrases,
+)
+from triggerfish_cli.storage.sqlite.sql import (
+    DELETE_META,
+    INSERT_FTS,
     KV_SCHEMA,
     MEMORY_FTS_SQL,
     MEMORY_META_SQL,
-    SqliteStorage,
+    UPSERT_META,
     lenient,
     odd_rows,
     private_transaction,
     translate_error,
 )
-from triggerfish_cli.storage.write_gate import WriteGate, retried
-
-# The gateway's index statements (src/tools/memory/search/search_fts5.ts), verbatim.
-DELETE_FTS = "DELETE FROM memory_fts WHERE agent_id = ? AND classification = ? AND key = ?"
-INSERT_FTS = (
-    "INSERT INTO memory_fts (agent_id, classification, key, content, tags) VALUES (?, ?, ?, ?, ?)"
-)
-UPSERT_META = (
-    "INSERT OR REPLACE INTO memory_meta (agent_id, classification, key, record_json) "
-    "VALUES (?, ?, ?, ?)"
-)
-DELETE_META = "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?"
+from triggerfish_cli.storage.sqlite.write_gate import WriteGate, retried
 
 REPAIR_BATCH = 500
 
@@ -624,8 +618,8 @@ class ScanIndex:
         agent asked for) are fetched, so what lies above the taint is neither
         read nor indexed; scores come from each row alone (``rank_score``).
         """
-        from triggerfish_cli.memory.fts import Fts5Index, in_memory_copy
         from triggerfish_cli.memory.keys import agent_prefix, split_key, visible_levels
+        from triggerfish_cli.storage.sqlite.fts import Fts5Index, in_memory_copy
 
         levels = set(visible_levels(request.taint))
         keys = [

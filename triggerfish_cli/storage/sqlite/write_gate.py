@@ -28,7 +28,7 @@ transaction this tool makes on a SQLite store passes through
    then, with everyone running again, make the commit durable (fsync of the
    WAL) while the checkpoint goes on.
 
-The watchdog (:mod:`triggerfish_cli.storage.watchdog`) is a process of its own,
+The watchdog (:mod:`triggerfish_cli.storage.sqlite.watchdog`) is a process of its own,
 in its own session, started before the first freeze: it resumes every frozen
 process the moment we die for any reason (kill -9 included) and whenever a
 freeze outlasts ``deadline``. SIGINT, SIGTERM, SIGTSTP, SIGHUP and SIGQUIT are
@@ -65,7 +65,7 @@ from typing import Any, ClassVar, TypeVar
 
 from triggerfish_cli import threads
 from triggerfish_cli.errors import BusyError, UsageError
-from triggerfish_cli.storage.live_writers import (
+from triggerfish_cli.storage.sqlite.live_writers import (
     GONE,
     SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
@@ -79,7 +79,7 @@ from triggerfish_cli.storage.live_writers import (
     store_files,
     writer_of,
 )
-from triggerfish_cli.storage.watchdog import Watchdog
+from triggerfish_cli.storage.sqlite.watchdog import Watchdog
 from triggerfish_cli.threads import background
 
 MODES = ("freeze", "refuse", "ignore")

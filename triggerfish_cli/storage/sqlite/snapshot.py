@@ -57,7 +57,8 @@ from urllib.parse import quote
 
 from triggerfish_cli.backup.archive import CHUNK, read_chunks
 from triggerfish_cli.storage.kept_files import kept
-from triggerfish_cli.storage.sqlite import MMAP_SIZE, SqliteStorage, translate_error
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.sql import MMAP_SIZE, translate_error
 from triggerfish_cli.threads import Worker
 
 T = TypeVar("T")
@@ -463,3 +464,12 @@ def _open_finished(target: Path) -> sqlite3.Connection:
 def _inspect_closing(conn: sqlite3.Connection, inspect: Inspect) -> Any:
     with contextlib.closing(conn):
         return inspect(conn)
+
+
+@contextlib.contextmanager
+def copy_rows(path: Path) -> Iterator[Iterator[tuple[Any, Any]]]:
+    """Every ``(key, value)`` of a snapshot file (a physical backup's), in key order,
+    opened read-only and immutable: nothing else has it."""
+    uri = f"file:{quote(str(path.absolute()))}?mode=ro&immutable=1"
+    with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+        yield iter(conn.execute("SELECT key, value FROM kv ORDER BY key"))

@@ -14,7 +14,7 @@ One row per live record, like the SQLite tables (memory_fts + memory_meta).
 Saves and deletes through our core write kv and the row in one transaction
 (the kv row locked with ``FOR UPDATE``); ``memory reindex`` creates the
 table and brings it in step with kv. Until it exists, search scans (the
-:class:`~triggerfish_cli.memory.fts.ScanIndex`), as on SQLite without the
+:class:`~triggerfish_cli.storage.sqlite.fts.ScanIndex`), as on SQLite without the
 gateway's tables. The gateway does not know the table: each search first
 indexes what it wrote directly to kv (:meth:`PgFtsIndex.catch_up`), so
 search sees what ``memory get`` sees.
@@ -41,7 +41,6 @@ from typing import Any
 
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
-from triggerfish_cli.memory.fts import ScanIndex
 from triggerfish_cli.memory.index import (
     HIGHLIGHT_END,
     HIGHLIGHT_START,
@@ -55,7 +54,8 @@ from triggerfish_cli.memory.index import (
 from triggerfish_cli.memory.keys import PREFIX, agent_prefix, split_key, visible_levels
 from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
-from triggerfish_cli.storage.postgres import PostgresStorage
+from triggerfish_cli.storage.postgres.backend import PostgresStorage
+from triggerfish_cli.storage.sqlite.fts import ScanIndex
 
 TABLE = "tfadmin_memory_fts"
 BATCH = 500

@@ -1,6 +1,6 @@
 """The write gate's watchdog: resumes every process the gate froze, whatever happens to us.
 
-Run by :mod:`triggerfish_cli.storage.write_gate` as its own process, in a
+Run by :mod:`triggerfish_cli.storage.sqlite.write_gate` as its own process, in a
 session of its own, with only the standard library (``python -I -S
 watchdog.py``): it must stay alive when the admin process is killed, and it
 never opens the store. It reads lines from its stdin, a pipe whose other end

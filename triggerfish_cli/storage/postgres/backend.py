@@ -53,9 +53,9 @@ from triggerfish_cli.errors import (
 )
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage import key_ranges
+from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.provider import (
     DEFAULT_BATCH,
-    BaseStorage,
     BatchCallback,
     PrefixStats,
     after_batch,
@@ -668,8 +668,8 @@ class PostgresStorage(BaseStorage):
         return answers
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
-        """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.pg_lock`)."""
-        from triggerfish_cli.storage.pg_lock import advisory_lock
+        """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.postgres.lock`)."""
+        from triggerfish_cli.storage.postgres.lock import advisory_lock
 
         def connect() -> psycopg.Connection[Any]:
             return self._connect(self._dsn, self._connect_timeout)

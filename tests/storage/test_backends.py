@@ -1,0 +1,64 @@
+"""storage/backends.py: the one table of backends."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from triggerfish_cli.errors import InvalidDataError
+from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.backends import (
+    BACKENDS,
+    known_backends,
+    memory_index_for,
+    parse_storage_section,
+    physical,
+)
+from triggerfish_cli.storage.in_memory import MemoryStorage
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+
+
+def test_every_backend_has_its_name_as_key() -> None:
+    assert known_backends() == ("sqlite", "memory", "postgres", "s3")
+    assert all(name == backend.name for name, backend in BACKENDS.items())
+
+
+@pytest.mark.parametrize("name", ["nosql", 3, ["sqlite"], None])
+def test_an_unknown_backend_is_invalid_data(name: object) -> None:
+    with pytest.raises(InvalidDataError, match="unknown backend"):
+        parse_storage_section({"backend": name}, Path("/etc/triggerfish.yaml"))
+
+
+def test_each_backend_checks_its_own_settings(tmp_path: Path) -> None:
+    config = tmp_path / "triggerfish.yaml"
+    assert parse_storage_section({"path": "x.db"}, config) == (
+        "sqlite",
+        {"path": tmp_path / "x.db"},
+    )
+    with pytest.raises(InvalidDataError, match=r"storage\.dsn: unknown setting"):
+        parse_storage_section({"backend": "memory", "dsn": "x"}, config)
+
+
+def test_the_sqlite_opener_opens_read_only(tmp_path: Path) -> None:
+    with SqliteStorage(tmp_path / "s.db", create=True) as store:
+        store.set("a", "1")
+    config = StorageConfig("sqlite", path=tmp_path / "s.db", options={"read_only": True})
+    store = BACKENDS["sqlite"].open(config, False)
+    try:
+        assert store.get("a") == "1" and getattr(store, "read_only", False)
+    finally:
+        store.close()
+
+
+def test_memory_index_by_backend(tmp_path: Path) -> None:
+    assert memory_index_for(MemoryStorage()).kind == "scan"
+    with SqliteStorage(tmp_path / "s.db", create=True) as store:
+        assert memory_index_for(store).kind in ("sqlite-fts5", "scan")
+
+
+def test_physical_backups_are_sqlite_ones() -> None:
+    assert physical("sqlite").copy_rows is not None
+    for name in ("postgres", "s3", "nosql"):
+        with pytest.raises(InvalidDataError):
+            physical(name)

@@ -1,0 +1,242 @@
+"""The backends, one typed table: what each is called, the ``storage:`` settings it
+takes, how a store of it is opened, and which memory search index serves it.
+
+Everything that differs by backend and is not a method of the provider is
+here; nothing outside ``storage/`` names a backend's module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from triggerfish_cli.errors import InvalidDataError, RefusedError
+from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
+from triggerfish_cli.storage.in_memory import MemoryStorage
+from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.storage.remote_settings import postgres_section, s3_section
+from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
+from triggerfish_cli.storage.sqlite.write_gate import MODES, choose_mode
+
+if TYPE_CHECKING:
+    from triggerfish_cli.backup.dest import Destination
+    from triggerfish_cli.memory.index import MemoryIndex
+
+Options = Callable[[Mapping[str, Any], Path], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str
+    #: Validates the ``storage:`` section (``backend`` included) naming this backend,
+    #: given the config file's directory: the options :attr:`open` reads.
+    options: Options
+    #: Opens the store a config describes (``create``: makes it when missing).
+    open: Callable[[StorageConfig, bool], StorageProvider]
+    #: The memory search index serving a store of this backend.
+    memory_index: Callable[[StorageProvider], MemoryIndex]
+    #: Checks a physical copy of a store (a backup's snapshot), where the backend
+    #: makes them: ``(path, page count, count(conn), workers, checks, failures)``
+    #: -> ``count``'s result, or None when the copy is not sound.
+    check_copy: Callable[..., Any] | None = None
+    #: Every ``(key, value)`` of such a copy, in key order, while the block runs.
+    copy_rows: Callable[[Path], AbstractContextManager[Iterator[tuple[Any, Any]]]] | None = None
+
+
+# -- the memory indexes ----------------------------------------------------------------
+# Imported when a command searches or repairs memories: the index modules (memory
+# records, their JSON) cost about 25 ms to import (python -X importtime), which every
+# other command (kv get) would pay.
+
+
+def scan_index(provider: StorageProvider) -> MemoryIndex:
+    """No stored index: a search indexes the visible memories in RAM (FTS5 in :memory:)."""
+    from triggerfish_cli.storage.sqlite.fts import ScanIndex
+
+    return ScanIndex(provider)
+
+
+def _fts5_index(provider: StorageProvider) -> MemoryIndex:
+    """The gateway's own FTS5 tables (memory_fts, memory_meta)."""
+    from triggerfish_cli.storage.sqlite.fts import for_sqlite
+
+    return for_sqlite(provider)
+
+
+def _tsvector_index(provider: StorageProvider) -> MemoryIndex:
+    """A tsvector table of ours beside kv."""
+    from triggerfish_cli.storage.postgres.index import for_postgres
+
+    return for_postgres(provider)
+
+
+def _check_sqlite_copy(*args: Any) -> Any:
+    """integrity.check_copy, imported for a verify only: it imports concurrent.futures
+    (~6 ms, python -X importtime), which no other command needs."""
+    from triggerfish_cli.storage.sqlite.integrity import check_copy
+
+    return check_copy(*args)
+
+
+def _sqlite_copy_rows(path: Path) -> AbstractContextManager[Iterator[tuple[Any, Any]]]:
+    """snapshot.copy_rows, imported for a diff only, as the rest of the snapshot module."""
+    from triggerfish_cli.storage.sqlite.snapshot import copy_rows
+
+    return copy_rows(path)
+
+
+def physical(name: str) -> Backend:
+    """The backend of a physical backup's manifest: one that makes physical copies."""
+    backend = BACKENDS.get(name)
+    if backend is None or backend.check_copy is None or backend.copy_rows is None:
+        raise InvalidDataError(f"a physical backup of a {name!r} store: there are none")
+    return backend
+
+
+# -- opening ---------------------------------------------------------------------------
+
+
+def _open_sqlite(config: StorageConfig, create: bool) -> StorageProvider:
+    assert config.path is not None
+    busy_timeout_ms = int(config.options.get("busy_timeout_ms", DEFAULT_BUSY_TIMEOUT_MS))
+    if config.options.get("read_only"):  # opened with mode=ro: nothing in the file can change
+        return SqliteStorage(
+            # Absolute, so that a resumed run from another directory is the same source.
+            config.path.expanduser().absolute(),
+            busy_timeout_ms=busy_timeout_ms,
+            live_writers="refuse",  # read-only: it never writes
+            read_only=True,
+        )
+    return SqliteStorage(
+        config.path,
+        create=create,
+        busy_timeout_ms=busy_timeout_ms,
+        live_writers=config.options.get("live_writers"),
+    )
+
+
+def _open_memory(config: StorageConfig, create: bool) -> StorageProvider:
+    return MemoryStorage()
+
+
+# The Postgres and S3 modules import their client libraries (psycopg, boto3: an
+# optional extra each, and slow to import): only for a store of theirs.
+
+
+def _open_postgres(config: StorageConfig, create: bool) -> StorageProvider:
+    from triggerfish_cli.storage.postgres.backend import open_config
+
+    return open_config(config, create)
+
+
+def _open_s3(config: StorageConfig, create: bool) -> StorageProvider:
+    from triggerfish_cli.storage.s3.backend import open_config
+
+    return open_config(config, create)
+
+
+def s3_destination(
+    url: str, *, endpoint_url: str | None, sse: tuple[str | None, str | None]
+) -> Destination:
+    """The backup destination at ``s3://bucket/prefix`` (its module imports boto3)."""
+    from triggerfish_cli.storage.s3.destination import S3Destination
+
+    return S3Destination.from_url(url, endpoint_url=endpoint_url, sse=sse)
+
+
+# -- settings --------------------------------------------------------------------------
+
+
+def _sqlite_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    check_keys(section, {"backend", "path", "busy_timeout_ms", "live_writers"}, "storage")
+    options: dict[str, Any] = {}
+    if "path" in section:
+        raw = section["path"]
+        if not isinstance(raw, str) or not raw.strip():
+            raise InvalidDataError(f"storage.path: must be a file path, not {raw!r}")
+        path = Path(raw).expanduser()
+        options["path"] = path if path.is_absolute() else base / path
+    if "busy_timeout_ms" in section:
+        options["busy_timeout_ms"] = positive_int(
+            section["busy_timeout_ms"], "storage.busy_timeout_ms"
+        )
+    if "live_writers" in section:
+        mode = section["live_writers"]
+        if mode not in MODES:
+            raise InvalidDataError(
+                f"storage.live_writers: must be one of {', '.join(MODES)}, not {mode!r}"
+            )
+        options["live_writers"] = mode
+    return options
+
+
+def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
+    check_keys(section, {"backend"}, "storage")
+    return {}
+
+
+BACKENDS: dict[str, Backend] = {
+    backend.name: backend
+    for backend in (
+        Backend(
+            "sqlite",
+            _sqlite_options,
+            _open_sqlite,
+            _fts5_index,
+            check_copy=_check_sqlite_copy,
+            copy_rows=_sqlite_copy_rows,
+        ),
+        Backend("memory", _memory_options, _open_memory, scan_index),
+        Backend("postgres", postgres_section, _open_postgres, _tsvector_index),
+        Backend("s3", s3_section, _open_s3, scan_index),
+    )
+}
+
+
+#: ``--live-writers``: what a SQLite store's writes do about the gateway's processes.
+LIVE_WRITER_MODES = MODES
+
+
+def choose_live_writers(mode: str | None) -> None:
+    """``--live-writers``: the operator's choice for every SQLite store this process
+    opens, over each store's ``storage.live_writers`` (None: forget it)."""
+    choose_mode(mode)
+
+
+def known_backends() -> tuple[str, ...]:
+    return tuple(BACKENDS)
+
+
+def memory_index_for(provider: StorageProvider) -> MemoryIndex:
+    """The memory index serving ``provider`` (one of no backend here: the RAM scan)."""
+    backend = BACKENDS.get(provider.backend)
+    return scan_index(provider) if backend is None else backend.memory_index(provider)
+
+
+def parse_storage_section(
+    section: Mapping[str, Any], config_path: Path
+) -> tuple[str, dict[str, Any]]:
+    """Validate a ``storage:`` mapping: ``(backend, options)``."""
+    name = section.get("backend", "sqlite")
+    backend = BACKENDS.get(name) if isinstance(name, str) else None
+    if backend is None:
+        raise InvalidDataError(
+            f"{config_path}: storage.backend: unknown backend {name!r} "
+            f"(known: {', '.join(known_backends())})"
+        )
+    try:
+        options = backend.options(section, config_path.parent)
+    except (InvalidDataError, RefusedError) as exc:  # refused: a secret in the section
+        raise type(exc)(f"{config_path}: {exc.message}", hint=exc.hint) from None
+    return backend.name, options
+
+
+def check_storage_section(section: Any, config_path: Path) -> None:
+    """Validator of ``storage:`` for ``settings.OUR_SECTIONS``."""
+    if not isinstance(section, Mapping):
+        raise InvalidDataError(f"{config_path}: storage: must be a mapping")
+    parse_storage_section(section, config_path)

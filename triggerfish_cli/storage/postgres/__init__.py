@@ -1,0 +1,1 @@
+"""The PostgreSQL backend: the store, its tsvector memory index, advisory locks."""

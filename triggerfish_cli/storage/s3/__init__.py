@@ -1,0 +1,1 @@
+"""The S3 backend: the store, its lease, the backup destination."""
