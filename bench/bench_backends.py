@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATA, median, p95, report, store, timed
 
-from triggerfish_cli import kv, namespaces
+from triggerfish_cli import namespaces
 from triggerfish_cli.storage.postgres.backend import PostgresStorage
 from triggerfish_cli.storage.provider import prefix_upper_bound, uncovered_ranges
 
@@ -200,7 +200,7 @@ def main() -> None:
         provider = PostgresStorage(DSN, schema=our_schema)
         conn = provider.connection
         statements = sql.splitlines()
-        ours = timed(lambda: kv.namespace_report(provider), repeat=args.runs)
+        ours = timed(lambda: keys.namespace_report(provider), repeat=args.runs)
         raw = timed(lambda: [conn.execute(s).fetchall() for s in statements], repeat=args.runs)
         provider.close()
         report("kv namespaces on postgres (core) vs raw queries", ours, raw, 2.0)

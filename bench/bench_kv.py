@@ -35,7 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DATA, ROOT, interleaved, median, report, store
 
-from triggerfish_cli import kv, namespaces
+from triggerfish_cli import namespaces
+from triggerfish_cli.kv import keys
 from triggerfish_cli.storage.provider import prefix_upper_bound
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
@@ -84,7 +85,7 @@ def main() -> None:
     mapped.execute("PRAGMA mmap_size=2147418112")
     times = interleaved(
         {
-            "ours": lambda: kv.namespace_report(provider),
+            "ours": lambda: keys.namespace_report(provider),
             "raw": lambda: raw_namespaces(conn),
             "raw mmap": lambda: raw_namespaces(mapped),
         },

@@ -221,12 +221,12 @@ def test_exit_code_table_is_documented() -> None:
 def test_unexpected_errors_are_one_line_exit_1(
     cli: CliFn, gateway_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import keys
 
     def boom(*args: object, **kwargs: object) -> None:
         raise RuntimeError("kaboom")
 
-    monkeypatch.setattr(kv, "namespace_report", boom)
+    monkeypatch.setattr(keys, "namespace_report", boom)
     result = cli("kv", "namespaces")
     assert result.exit_code == 1
     assert result.stderr == (
@@ -239,12 +239,12 @@ def test_unexpected_errors_are_one_line_exit_1(
 def test_interrupt_is_exit_130(
     cli: CliFn, gateway_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import keys
 
     def interrupted(*args: object, **kwargs: object) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(kv, "namespace_report", interrupted)
+    monkeypatch.setattr(keys, "namespace_report", interrupted)
     result = cli("kv", "namespaces")
     assert result.exit_code == 130
     assert result.stderr == "error: interrupted\n"

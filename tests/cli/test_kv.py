@@ -469,7 +469,7 @@ def test_a_bad_csv_or_json_import_imports_nothing_and_names_the_row(
 
 
 def test_import_format_is_told_by_the_first_line() -> None:
-    from triggerfish_cli.kv import import_format
+    from triggerfish_cli.kv.transfer import import_format
 
     assert import_format(b'  \n{"key": "a", "value": "b"}\n') == "jsonl"
     assert import_format(b"[\n  {}\n]") == "json"
@@ -482,7 +482,7 @@ def test_import_format_waits_for_the_first_line_of_a_slow_pipe() -> None:
     """A pipe hands over what it has: the header line may come in pieces."""
     import io
 
-    from triggerfish_cli.kv import read_import
+    from triggerfish_cli.kv.transfer import read_import
 
     class Trickle(io.RawIOBase):
         def __init__(self, data: bytes) -> None:

@@ -264,7 +264,7 @@ def test_any_keys_probes_use_the_index_range(tmp_path: Path) -> None:
 
 def test_a_listing_of_every_value_reads_unmapped_and_maps_again_after(tmp_path: Path) -> None:
     """kv list/export read through the page cache (a flat resident set), then the map is back."""
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import transfer
     from triggerfish_cli.storage.sqlite.sql import MMAP_SIZE
 
     db = tmp_path / "s.db"
@@ -272,7 +272,7 @@ def test_a_listing_of_every_value_reads_unmapped_and_maps_again_after(tmp_path: 
     store = SqliteStorage(db)
     mapped = store.connection.execute("PRAGMA mmap_size").fetchone()[0]
     assert mapped == MMAP_SIZE
-    with kv.flat_memory(store):
+    with transfer.flat_memory(store):
         assert store.connection.execute("PRAGMA mmap_size").fetchone()[0] == 0
         assert list(store.scan()) == [("a", '"1"'), ("b", '"2"')]
     assert store.connection.execute("PRAGMA mmap_size").fetchone()[0] == MMAP_SIZE

@@ -95,7 +95,7 @@ def run_diff(
     """Compare the two sides and show the result; True when they differ."""
     from triggerfish_cli.backup.diff import Diff, compare
     from triggerfish_cli.classification import parse_level
-    from triggerfish_cli.kv import RawReads
+    from triggerfish_cli.kv.keys import RawReads
 
     a, b = sides(*spec)
     latest = spec[2]

@@ -48,6 +48,6 @@ RawTaintOpt = Annotated[
 
 def raw_reads(taint: str | None) -> Any:
     from triggerfish_cli.classification import parse_level
-    from triggerfish_cli.kv import RawReads
+    from triggerfish_cli.kv.keys import RawReads
 
     return RawReads(parse_level(taint) if taint is not None else None)

@@ -40,7 +40,7 @@ def delete_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Delete one key, or every key under --prefix (shows the count and a sample first)."""
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import keys
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -49,16 +49,16 @@ def delete_cmd(
     provider = st.provider()
     if key is not None:
         if not dry_run:
-            kv.get_value(provider, key)  # not found -> exit 3 before asking
+            keys.get_value(provider, key)  # not found -> exit 3 before asking
             out.confirm(
                 f"Delete {key} from {provider.describe()}?", yes=yes, what=f"deleting {key}"
             )
-        result = kv.delete_key(provider, key, dry_run=dry_run)
+        result = keys.delete_key(provider, key, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
         out.outcome(result, f"{verb} {key}")
         return
     assert prefix is not None
-    plan = kv.plan_prefix_delete(provider, prefix)
+    plan = keys.plan_prefix_delete(provider, prefix)
     summary = {
         "prefix": prefix,
         "matched": plan.count,
@@ -87,7 +87,7 @@ def delete_cmd(
         what=f"deleting {plan.count} key(s)",
     )
     with out.progress("deleting", total=plan.count) as bar:
-        summary["deleted"] = kv.delete_prefix(provider, plan, on_batch=bar.advance, pause=pause)
+        summary["deleted"] = keys.delete_prefix(provider, plan, on_batch=bar.advance, pause=pause)
     out.outcome(summary, f"deleted {summary['deleted']} key(s) under {prefix!r}")
 
 
@@ -100,7 +100,7 @@ def clear_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Delete EVERY key in the store. Needs --yes, and typing the store's name on a TTY."""
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import keys
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
@@ -118,7 +118,7 @@ def clear_cmd(
     out.confirm_by_typing(
         f"This deletes all {count} key(s) in {where}.", where, what="clearing the store"
     )
-    deleted = kv.clear_store(provider)
+    deleted = keys.clear_store(provider)
     out.outcome(
         {"store": where, "deleted": deleted, "matched": count, "dry_run": False},
         f"deleted all {deleted} key(s) in {where}",

@@ -28,12 +28,12 @@ def namespaces_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every namespace present, with key count and total value bytes."""
-    from triggerfish_cli import kv
     from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
+    from triggerfish_cli.kv import keys
 
     st = state(ctx)
     out = st.output(fmt_value(fmt))
-    rows = kv.namespace_report(st.provider(), ages=ages)
+    rows = keys.namespace_report(st.provider(), ages=ages)
     columns = [
         Column("namespace", "namespace", render=_group_name),
         Column("keys", "keys", "right"),
@@ -47,7 +47,7 @@ def namespaces_cmd(
             Column("pending", "pending", "right"),
         ]
     columns.append(text_column("description", "description"))
-    total = kv.totals(rows)
+    total = keys.totals(rows)
     out.rows(
         (row.as_dict(ages) for row in rows),
         columns,
@@ -95,8 +95,9 @@ def list_cmd(
     """Keys under a prefix, in binary key order, with their value sizes."""
     from itertools import islice
 
-    from triggerfish_cli import kv, namespaces
+    from triggerfish_cli import namespaces
     from triggerfish_cli.cli.output.text import Column, json_text
+    from triggerfish_cli.kv import keys, transfer
     from triggerfish_cli.storage.provider import value_size
 
     st = state(ctx)
@@ -114,25 +115,25 @@ def list_cmd(
     stop = limit or None
     reads = raw_reads(taint)
     if keys_only:
-        keys = islice(kv.raw_keys(provider.scan_keys(prefix), reads), stop)
+        names = islice(keys.raw_keys(provider.scan_keys(prefix), reads), stop)
         if out.fmt in ("table", "csv"):
-            for key in keys:
+            for key in names:
                 out.line(key, wrap=False)
         elif out.fmt == "jsonl":
-            for key in keys:
+            for key in names:
                 out.line(json_text(key))
         else:
-            out.line(json_text(list(keys)))
+            out.line(json_text(list(names)))
     else:
         rows = (
             {"key": key, "namespace": namespaces.group_of(key), "bytes": value_size(value)}
-            for key, value in islice(kv.raw_rows(provider.scan(prefix), reads), stop)
+            for key, value in islice(keys.raw_rows(provider.scan(prefix), reads), stop)
         )
         columns = [
             Column("key", "key"),
             Column("bytes", "bytes", "right"),
             Column("namespace", "namespace", wide=True),
         ]
-        with kv.flat_memory(provider):
+        with transfer.flat_memory(provider):
             out.rows(rows, columns, empty="no keys")
     reads.audit(provider, "kv list", prefix or "")

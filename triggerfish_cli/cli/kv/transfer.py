@@ -39,10 +39,10 @@ def export_cmd(
     --format json gives one JSON list of the same objects, csv a key,value table
     (table, the default, means JSON Lines here). `kv import` reads all three back.
     """
-    from triggerfish_cli import kv
     from triggerfish_cli.cli.output import Output
     from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.fileio import atomic_writer
+    from triggerfish_cli.kv import keys, transfer
 
     st = state(ctx)
     chosen = fmt_value(fmt) or st.fmt
@@ -55,22 +55,24 @@ def export_cmd(
 
     def write(handle: IO[str]) -> None:
         if chosen in ("table", "jsonl"):
-            for line in kv.export_lines(provider, prefix, reads, notes):
+            for line in transfer.export_lines(provider, prefix, reads, notes):
                 handle.write(line)
             return
         out = Output(chosen, stdout=handle)
         rows = (
             {"key": k, "value": v}
-            for k, v in kv.noting(kv.raw_rows(provider.scan(prefix, batch_size=2000), reads), notes)
+            for k, v in transfer.noting(
+                keys.raw_rows(provider.scan(prefix, batch_size=2000), reads), notes
+            )
         )
         out.rows(rows, [Column("key", "key"), Column("value", "value")])
 
     if output is None:
-        with kv.flat_memory(provider):
+        with transfer.flat_memory(provider):
             write(sys.stdout)
     else:
         with (
-            kv.flat_memory(provider),
+            transfer.flat_memory(provider),
             atomic_writer(output, mode=EXPORT_MODE, keep_mode=False) as handle,
         ):
             write(handle)
@@ -104,13 +106,13 @@ def import_cmd(
     Values that are not UTF-8 text come back only from JSON Lines or JSON
     ({"$bytes": <base64>, "type": ...}); a CSV cell is always text.
     """
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import transfer
 
     st = state(ctx)
     out = st.output(fmt_value(fmt), quiet or None)
     if source == "-":
         try:
-            _, items = kv.read_import(sys.stdin.buffer, "stdin")
+            _, items = transfer.read_import(sys.stdin.buffer, "stdin")
         except UnicodeDecodeError:
             raise InvalidDataError("stdin: not UTF-8 text") from None
     else:
@@ -119,14 +121,14 @@ def import_cmd(
             raise UsageError(f"{source}: is a directory, not a file from `kv export`")
         try:
             with path.open("rb") as handle:
-                _, items = kv.read_import(handle, source)
+                _, items = transfer.read_import(handle, source)
         except FileNotFoundError:
             from triggerfish_cli.errors import NotFoundError
 
             raise NotFoundError(f"{source}: no such file") from None
         except UnicodeDecodeError:
             raise InvalidDataError(f"{source}: not UTF-8 text") from None
-    result = kv.import_items(st.provider(), items, dry_run=dry_run, origin=source).as_dict()
+    result = transfer.import_items(st.provider(), items, dry_run=dry_run, origin=source).as_dict()
     verb = "would import" if dry_run else "imported"
     out.outcome(
         result,

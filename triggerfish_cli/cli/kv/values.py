@@ -29,12 +29,12 @@ def get_cmd(
     --format json (or jsonl, csv) gives {"key", "value"} with the value as stored;
     --raw always gives the exact bytes, whatever the format.
     """
-    from triggerfish_cli import kv
     from triggerfish_cli.classification import parse_level
+    from triggerfish_cli.kv import keys
 
     st = state(ctx)
     level = parse_level(taint) if taint is not None else None
-    value = kv.get_value(st.provider(), key, taint=level)
+    value = keys.get_value(st.provider(), key, taint=level)
     out = st.output(fmt_value(fmt))
     if raw:
         out.write(value)
@@ -84,7 +84,7 @@ def set_cmd(
 
     From a file or stdin, one trailing newline is dropped: values never end in one.
     """
-    from triggerfish_cli import kv
+    from triggerfish_cli.kv import keys
 
     st = state(ctx)
     if file is not None and value is not None:
@@ -97,7 +97,7 @@ def set_cmd(
         text = _strip_newline(sys.stdin.read())
     else:
         text = value
-    result = kv.set_value(st.provider(), key, text, raw=raw)
+    result = keys.set_value(st.provider(), key, text, raw=raw)
     out = st.output(fmt_value(fmt), quiet or None)
     out.outcome(
         result,

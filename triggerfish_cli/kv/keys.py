@@ -1,24 +1,19 @@
-"""Raw key-value work: the namespace report, guarded writes and deletes, export/import.
-
-Everything here takes a :class:`StorageProvider` and returns plain data; the
-``kv`` commands only parse options and print what these functions return.
-"""
+"""The kv commands' core: the namespaces report, single keys, the raw view of memory
+rows, prefix deletes."""
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import IO, Any, BinaryIO, cast
+from typing import Any
 
 from triggerfish_cli import audit, cells, namespaces
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
 from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
-from triggerfish_cli.serialization import dumps, fast_loads, to_iso, utc_now
+from triggerfish_cli.serialization import fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
 
 # -- kv namespaces ------------------------------------------------------------
@@ -236,8 +231,6 @@ def check_json(value: str, origin: str) -> None:
         ) from None
 
 
-
-
 def refuse_memory_key(key: str, where: str = "") -> None:
     """No write-down through the raw view: ``memory:`` records are written by ``memory save``.
 
@@ -366,213 +359,3 @@ def clear_store(provider: StorageProvider) -> int:
     provider.clear()
     audit.record(provider, "kv_clear", target=provider.describe(), counts={"deleted": count})
     return count
-
-
-# -- export / import -----------------------------------------------------------
-
-
-def flat_memory(provider: StorageProvider) -> contextlib.AbstractContextManager[None]:
-    """For a listing of every value (kv list, kv export): a resident set that stays flat.
-
-    SQLite reads through its page cache instead of its memory map meanwhile
-    (``StorageProvider.unmapped``); other backends hold no map.
-    """
-    return provider.unmapped()
-
-
-def export_lines(
-    provider: StorageProvider,
-    prefix: str | None = None,
-    reads: RawReads | None = None,
-    notes: list[str] | None = None,
-) -> Iterator[str]:
-    """JSON Lines, one ``{"key": ..., "value": ...}`` per key, value exactly as stored.
-
-    A cell that is not UTF-8 text is written in its JSON form (cells.py),
-    ``{"$bytes": <base64>, "type": "text"|"blob"}`` (a NULL key: ``null``),
-    and named in ``notes``.
-    """
-    rows = provider.scan(prefix, batch_size=2000)
-    for key, value in rows if reads is None else raw_rows(rows, reads):
-        if cells.is_plain(key) and cells.is_plain(value):
-            yield dumps({"key": key, "value": value}) + "\n"
-            continue
-        if notes is not None:
-            notes.append(cells.note(key, value, "exported"))
-        yield dumps({"key": cells.to_json(key), "value": cells.to_json(value)}) + "\n"
-
-
-def noting(
-    rows: Iterable[tuple[str, str]], notes: list[str], verb: str = "exported"
-) -> Iterator[tuple[str, str]]:
-    """``rows`` as they are; each holding a cell that is not UTF-8 text named in ``notes``."""
-    for key, value in rows:
-        if not (cells.is_plain(key) and cells.is_plain(value)):
-            notes.append(cells.note(key, value, verb))
-        yield key, value
-
-
-@dataclass
-class ImportResult:
-    lines: int = 0
-    new: int = 0
-    replaced: int = 0
-    unchanged: int = 0
-    dry_run: bool = False
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "lines": self.lines,
-            "new": self.new,
-            "replaced": self.replaced,
-            "unchanged": self.unchanged,
-            "written": 0 if self.dry_run else self.new + self.replaced,
-            "dry_run": self.dry_run,
-        }
-
-
-def parse_import(stream: IO[str], origin: str) -> dict[str, str]:
-    """Read and check every line first: a bad line imports nothing and is named."""
-    items: dict[str, str] = {}
-    for number, line in enumerate(stream, start=1):
-        if not line.strip():
-            continue
-        try:
-            document = json.loads(line)
-        except ValueError as exc:
-            raise InvalidDataError(f"{origin}: line {number}: not valid JSON ({exc})") from None
-        key, value = _import_item(document, f"{origin}: line {number}")
-        items[key] = value
-    return items
-
-
-#: The formats ``kv import`` reads, as :func:`import_format` tells them apart.
-IMPORT_FORMATS = ("jsonl", "json", "csv", "tsv")
-
-
-def read_import(stream: BinaryIO, origin: str) -> tuple[str, dict[str, str]]:
-    """The format of ``stream`` (one of :data:`IMPORT_FORMATS`) and the items it holds."""
-    buffered: Any = stream if hasattr(stream, "peek") else io.BufferedReader(cast(Any, stream))
-    head = buffered.peek(65536)
-    if b"\n" not in head.lstrip() and head:
-        # A pipe's first chunk can end before the first line does: the format is
-        # told by that line, so read it all (every format but JSON Lines is read
-        # whole anyway, and a JSON Lines input without a newline is one line).
-        buffered = io.BufferedReader(cast(Any, io.BytesIO(buffered.read())), 65536)
-        head = buffered.peek(65536)
-    fmt = import_format(head)
-    if fmt in ("csv", "tsv"):
-        while buffered.peek(1)[:1] in (b"\r", b"\n"):  # blank lines before the header
-            buffered.read(1)
-    if fmt != "jsonl":
-        return fmt, parse_table_import(buffered, origin, fmt)
-    text = io.TextIOWrapper(buffered, encoding="utf-8")
-    try:
-        return fmt, parse_import(text, origin)
-    finally:
-        text.detach()  # the caller's stream (stdin, say) stays open
-
-
-def import_format(head: bytes) -> str:
-    """The format of an import from its first bytes: ``[`` a JSON list (``kv export
-    --format json``), ``{`` JSON Lines (``kv export``), else CSV, or TSV when its
-    header line holds a tab and no comma outside quotes before it."""
-    text = head.lstrip(b"\xef\xbb\xbf \t\r\n")
-    if text.startswith(b"["):
-        return "json"
-    if text.startswith(b"{") or not text:
-        return "jsonl"
-    header = text.split(b"\n", 1)[0]
-    return "tsv" if b"\t" in header and b"," not in header else "csv"
-
-
-def parse_table_import(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str]:
-    """A JSON list of {"key", "value"} objects, or CSV/TSV with a key,value header,
-    read and checked whole first: a bad row imports nothing and is named."""
-    # sqlite-utils parses these (its rows_from_file: the BOM, the dialect, rows with
-    # more fields than the header); imported here only, as it costs 90-180 ms
-    # (click, pluggy, dateutil and its plugin scan), more than a whole `kv get`.
-    import csv
-
-    from sqlite_utils.utils import Format, RowError, RowsFromFileBadJSON, rows_from_file
-
-    chosen = {"json": Format.JSON, "csv": Format.CSV, "tsv": Format.TSV}[fmt]
-    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # values > 128 KiB
-    what = "item" if fmt == "json" else "row"
-    items: dict[str, str] = {}
-    number = 0
-    try:
-        rows, _ = rows_from_file(stream, format=chosen, encoding="utf-8-sig")
-        for number, row in enumerate(rows, start=1):
-            if fmt != "json" and set(row) != {"key", "value"}:
-                raise InvalidDataError(
-                    f"{origin}: {what} {number}: expected the columns key and value "
-                    f"(found {', '.join(sorted(map(str, row)))})"
-                )
-            key, value = _import_item(row, f"{origin}: {what} {number}")
-            items[key] = value
-    except (RowError, csv.Error) as exc:
-        where = f"{origin}: {what} {number + 1}"
-        raise InvalidDataError(f"{where}: not valid {fmt.upper()} ({exc})") from None
-    except UnicodeDecodeError:
-        raise  # the caller's "not UTF-8 text"
-    except RowsFromFileBadJSON:
-        raise InvalidDataError(f"{origin}: expected a JSON list of objects") from None
-    except ValueError as exc:  # json.load's JSONDecodeError
-        raise InvalidDataError(f"{origin}: not valid JSON ({exc})") from None
-    return items
-
-
-def _import_item(document: Any, where: str) -> tuple[str, str]:
-    """The key and value one imported object names, checked."""
-    if not isinstance(document, dict) or "key" not in document or "value" not in document:
-        raise InvalidDataError(
-            f'{where}: expected an object with a string "key" and a string "value"'
-        )
-    found: dict[str, str] = {}
-    for field_name in ("key", "value"):
-        text = document[field_name]
-        if isinstance(text, str) and not cells.is_plain(text):
-            index = next(i for i, char in enumerate(text) if not cells.is_plain(char))
-            raise InvalidDataError(
-                f"{where}: the {field_name} holds a lone surrogate "
-                f"({text[index]!r} at character {index + 1}): not valid Unicode, "
-                "so it cannot be stored as text"
-            )
-        try:
-            found[field_name] = cells.from_json(text, null=field_name == "key")
-        except ValueError:
-            raise InvalidDataError(
-                f'{where}: expected an object with a string "key" and a string "value" '
-                '(or {"$bytes": <base64>, "type": "text"|"blob"} for one that is not '
-                "UTF-8 text)"
-            ) from None
-    refuse_memory_key(found["key"], f"{where}: ")
-    return found["key"], found["value"]
-
-
-def import_items(
-    provider: StorageProvider, items: dict[str, str], *, dry_run: bool, origin: str
-) -> ImportResult:
-    result = ImportResult(lines=len(items), dry_run=dry_run)
-    existing = provider.get_many(items)
-    changed: list[tuple[str, str]] = []
-    for key, value in items.items():
-        old = existing.get(key)
-        if old is None:
-            result.new += 1
-        elif old == value:
-            result.unchanged += 1
-            continue
-        else:
-            result.replaced += 1
-        changed.append((key, value))
-    if not dry_run and changed:
-        provider.set_many(changed)
-        audit.record(
-            provider,
-            "kv_import",
-            target=origin,
-            counts={"new": result.new, "replaced": result.replaced, "unchanged": result.unchanged},
-        )
-    return result
