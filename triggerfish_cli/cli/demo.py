@@ -7,8 +7,7 @@ from typing import Annotated
 
 import typer
 
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import FormatOpt, QuietOpt, fmt_value, sub_app
+from triggerfish_cli.cli.options import FormatOpt, QuietOpt, begin, sub_app
 from triggerfish_cli.errors import UsageError
 
 app = sub_app(
@@ -70,9 +69,8 @@ def create_cmd(
         anchor = parse_moment(now)
         if anchor is None:
             raise UsageError(f"--now: not a date or an ISO-8601 time: {now!r}")
-    st = state(ctx)
+    st, out = begin(ctx, fmt, quiet)
     provider = st.provider(create=True)
-    out = st.output(fmt_value(fmt), quiet or None)
     with out.progress("generating") as bar:
         summary = build_demo(
             provider,

@@ -6,8 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin
 
 HELP = (
     "Move a store to another backend, verified and resumable.\n\n"
@@ -82,8 +81,7 @@ def migrate_cmd(
     from triggerfish_cli.migrate.planning import prepare
     from triggerfish_cli.migrate.run import Migration, check_verified
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    _, out = begin(ctx, fmt, quiet)
     source_config = parse_location(source, "from", endpoint_url=endpoint_url)
     target_config = parse_location(target, "to", endpoint_url=endpoint_url)
     prepared = prepare(source_config, target_config, merge=merge)

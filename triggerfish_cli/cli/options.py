@@ -7,8 +7,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
+from triggerfish_cli.cli.context import AppState, state
+
 if TYPE_CHECKING:
     from triggerfish_cli.classification import Level
+    from triggerfish_cli.cli.output import Output
 
 
 class Format(str, enum.Enum):
@@ -43,6 +46,16 @@ DryRunOpt = Annotated[
 
 def fmt_value(fmt: Format | None) -> str | None:
     return fmt.value if fmt is not None else None
+
+
+def begin(
+    ctx: typer.Context, fmt: Format | None = None, quiet: bool | None = None
+) -> tuple[AppState, Output]:
+    """Every command's first line: this invocation's state, and its output in the
+    format asked for (the command's ``--format``, else the global one; ``quiet``
+    the command's ``--quiet``, else the global one)."""
+    st = state(ctx)
+    return st, st.output(fmt_value(fmt), quiet or None)
 
 
 def sub_app(name: str, help_text: str) -> typer.Typer:
@@ -80,8 +93,6 @@ def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
     environment variables). It never creates a store, and any failure
     (no store, server down, broken config) completes nothing.
     """
-    from triggerfish_cli.cli.context import AppState
-
     params = ctx.find_root().params
     st = AppState(db=params.get("db"), config=params.get("config"), backend=params.get("backend"))
     try:

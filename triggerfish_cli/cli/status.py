@@ -7,8 +7,8 @@ from typing import Annotated, Any
 import typer
 
 from triggerfish_cli.cli.backup.options import EndpointOpt
-from triggerfish_cli.cli.context import AppState, state
-from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.context import AppState
+from triggerfish_cli.cli.options import FormatOpt, begin, fmt_value
 from triggerfish_cli.cli.output import Output
 from triggerfish_cli.cli.output.text import Column, human_bytes
 
@@ -111,7 +111,7 @@ def status_cmd(
     from triggerfish_cli.errors import MissingStoreError, UsageError
     from triggerfish_cli.status import collect
 
-    st = state(ctx)
+    st, out = begin(ctx, fmt)
     flags = {
         "backup_age": backup_age,
         "sweep_age": sweep_age,
@@ -126,7 +126,6 @@ def status_cmd(
     given = [name for name, value in flags.items() if value is not None]
     if given:
         raise UsageError(f"--{given[0].replace('_', '-')} only applies with --check")
-    out = st.output(fmt_value(fmt))
     report = collect(st.storage_config(), st.provider)
     if report.exists or out.fmt != "table":  # a monitor gets the report of a missing store too
         show(out, report.as_dict())

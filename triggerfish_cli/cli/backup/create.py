@@ -19,14 +19,13 @@ from triggerfish_cli.cli.backup.options import (
     identities,
     sse_of,
 )
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,
+    begin,
     check_level,
     complete_level,
-    fmt_value,
 )
 from triggerfish_cli.errors import UsageError
 
@@ -150,8 +149,7 @@ def create_cmd(
         raise UsageError(
             "--max-taint needs --logical: a physical backup is a copy of the whole file"
         )
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     run = metrics.begin(ctx, "backup_create", metrics_file)
     recipients = choose_recipients(
         backup_settings(st.settings()),

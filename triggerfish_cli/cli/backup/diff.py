@@ -17,12 +17,12 @@ from triggerfish_cli.cli.backup.options import (
     ScratchOpt,
     identities,
 )
-from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.kv.common import RawTaintOpt
 from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,
-    fmt_value,
+    begin,
 )
 from triggerfish_cli.cli.output.text import Column, safe
 from triggerfish_cli.errors import UsageError
@@ -202,8 +202,7 @@ def diff_cmd(
     With --taint, memory rows above it are left out (neither counted nor named).
     An encrypted backup needs --identity.
     """
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     differ = run_diff(
         st,
         out,

@@ -8,11 +8,10 @@ from typing import Annotated
 import typer
 
 from triggerfish_cli.cli.backup.common import app
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,
-    fmt_value,
+    begin,
 )
 
 
@@ -42,8 +41,7 @@ def keygen_cmd(
     from triggerfish_cli.backup.crypt import keygen
     from triggerfish_cli.serialization import now_iso
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    _, out = begin(ctx, fmt, quiet)
     public = keygen(output.expanduser(), created=now_iso())
     if out.fmt != "table":
         out.record({"identity_file": str(output), "public_key": public})

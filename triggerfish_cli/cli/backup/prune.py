@@ -16,14 +16,13 @@ from triggerfish_cli.cli.backup.options import (
     this_store,
 )
 from triggerfish_cli.cli.backup.output import show_plan
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
     QuietOpt,
     YesOpt,
-    fmt_value,
+    begin,
 )
 
 
@@ -74,8 +73,7 @@ def prune_cmd(
     """
     from triggerfish_cli.backup.prune import KeepPolicy, plan_prune, plan_prune_by_store
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     policy = KeepPolicy(keep_last, keep_daily, keep_weekly, keep_monthly)
     policy.check()
     run = None if dry_run else metrics.begin(ctx, "backup_prune", metrics_file)

@@ -17,13 +17,13 @@ from triggerfish_cli.cli.backup.options import (
     identities,
     pick,
 )
-from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
     QuietOpt,
     YesOpt,
-    fmt_value,
+    begin,
 )
 from triggerfish_cli.errors import UsageError
 
@@ -148,8 +148,7 @@ def restore_cmd(
     from triggerfish_cli.backup.restore import RestoreOptions
     from triggerfish_cli.cli.backup.restore_run import run_restore, run_undo, target_store
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     prefixes = normalize(include) if include else ()
     if undo:
         if file or latest or replace or merge or logical or prefixes:

@@ -26,12 +26,11 @@ from triggerfish_cli.cli.backup.options import (
     this_store,
 )
 from triggerfish_cli.cli.backup.output import show_verified
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     FormatOpt,
     QuietOpt,
-    fmt_value,
+    begin,
 )
 from triggerfish_cli.errors import NotFoundError, UsageError
 
@@ -67,9 +66,8 @@ def verify_cmd(
     """
     from triggerfish_cli.backup.verify import check, verify_in
 
-    st = state(ctx)
+    st, out = begin(ctx, fmt, quiet)
     keys = identities(identity)
-    out = st.output(fmt_value(fmt), quiet or None)
     run = metrics.begin(ctx, "backup_verify", metrics_file)
     store = None if all_stores or file else this_store(st)
     if all_:

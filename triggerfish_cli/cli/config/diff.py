@@ -7,8 +7,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from triggerfish_cli.cli.config.common import app, version_or_newest, versions_store
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import FormatOpt, complete_config_version, fmt_value
+from triggerfish_cli.cli.options import FormatOpt, begin, complete_config_version
 
 if TYPE_CHECKING:
     from triggerfish_cli.cli.output import Output
@@ -50,8 +49,7 @@ def diff_cmd(
     """
     from triggerfish_cli.config import files as config_files
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     provider = versions_store(st, out)
 
     def side(arg: str | None) -> tuple[str, str, str]:

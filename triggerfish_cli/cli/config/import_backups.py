@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from triggerfish_cli.cli.config.common import RedactOpt, app, versions_store
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, fmt_value
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, begin
 
 
 @app.command("import-backups")
@@ -43,8 +42,7 @@ def import_cmd(
     from triggerfish_cli.cli.output.text import Column, text_column
     from triggerfish_cli.config import import_backups as config_import
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     provider = versions_store(st, out, dry_run=dry_run)
     where = directory or config_import.default_dir()
     plan = config_import.plan_import(

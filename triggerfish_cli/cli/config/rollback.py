@@ -9,14 +9,13 @@ from typing import Annotated, Any
 import typer
 
 from triggerfish_cli.cli.config.common import ReasonOpt, RedactOpt, app, versions_store
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
     QuietOpt,
     YesOpt,
+    begin,
     complete_config_version,
-    fmt_value,
 )
 
 
@@ -103,8 +102,7 @@ def rollback_cmd(
     from triggerfish_cli.config import versions as cv
     from triggerfish_cli.config.rollback import SecretSupply, apply_rollback, plan_rollback
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     provider = versions_store(st, out, dry_run=dry_run)
     supply = SecretSupply(
         values=_secrets_file(secrets_file),

@@ -8,8 +8,7 @@ from typing import Annotated
 import typer
 
 from triggerfish_cli.cli.config.common import app
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.options import FormatOpt, begin
 
 
 @app.command("validate")
@@ -27,8 +26,7 @@ def validate_cmd(
     from triggerfish_cli.config import files as config_files
     from triggerfish_cli.errors import InvalidDataError
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     path = file or st.config_path
     config = config_files.read_config(path)
     assert config is not None

@@ -13,9 +13,8 @@ from triggerfish_cli.cli.config.common import (
     version_or_newest,
     versions_store,
 )
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.metrics import MetricsOpt
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, fmt_value
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, begin
 
 
 @app.command("snapshot")
@@ -31,8 +30,7 @@ def snapshot_cmd(
     """Store the current file as a new version (unless it equals the newest)."""
     from triggerfish_cli.config import versions as config_versions
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     run = None if dry_run else metrics.begin(ctx, "config_snapshot", metrics_file)
     result = config_versions.snapshot(
         versions_store(st, out, dry_run=dry_run),
@@ -69,8 +67,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     from triggerfish_cli.config import files as config_files
     from triggerfish_cli.config import versions as cv
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     listing = cv.list_versions(versions_store(st, out))
     for problem in listing.problems:
         out.warn(problem)
@@ -100,8 +97,7 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
 @app.command("show")
 def show_cmd(ctx: typer.Context, version: VersionArg = None, fmt: FormatOpt = None) -> None:
     """The YAML of a version (default: the newest), exactly as stored."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     found = version_or_newest(versions_store(st, out), version)
     if out.fmt != "table":
         out.record(found.as_dict())

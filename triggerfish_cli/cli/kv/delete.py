@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.kv.common import app
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin
 from triggerfish_cli.errors import RefusedError, UsageError
 
 
@@ -42,8 +41,7 @@ def delete_cmd(
     """Delete one key, or every key under --prefix (shows the count and a sample first)."""
     from triggerfish_cli.kv import keys
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     if (key is None) == (prefix is None):
         raise UsageError("give exactly one of KEY or --prefix")
     provider = st.provider()
@@ -102,8 +100,7 @@ def clear_cmd(
     """Delete EVERY key in the store. Needs --yes, and typing the store's name on a TTY."""
     from triggerfish_cli.kv import keys
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     provider = st.provider()
     count = provider.count()
     where = provider.describe()

@@ -6,9 +6,8 @@ from typing import Annotated
 
 import typer
 
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
-from triggerfish_cli.cli.options import FormatOpt, complete_namespace, fmt_value
+from triggerfish_cli.cli.options import FormatOpt, begin, complete_namespace
 from triggerfish_cli.errors import UsageError
 
 
@@ -31,8 +30,7 @@ def namespaces_cmd(
     from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
     from triggerfish_cli.kv import keys
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     rows = keys.namespace_report(st.provider(), ages=ages)
     columns = [
         Column("namespace", "namespace", render=_group_name),
@@ -100,8 +98,7 @@ def list_cmd(
     from triggerfish_cli.kv import keys, transfer
     from triggerfish_cli.storage.provider import value_size
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     if namespace is not None:
         if prefix is not None:
             raise UsageError("give a PREFIX or --namespace, not both")

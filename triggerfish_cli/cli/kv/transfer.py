@@ -10,7 +10,7 @@ import typer
 
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, fmt_value
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, begin, fmt_value
 from triggerfish_cli.errors import InvalidDataError, UsageError
 
 
@@ -108,8 +108,7 @@ def import_cmd(
     """
     from triggerfish_cli.kv import transfer
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     if source == "-":
         try:
             _, items = transfer.read_import(sys.stdin.buffer, "stdin")

@@ -8,9 +8,8 @@ from typing import Annotated
 
 import typer
 
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.kv.common import Key, RawTaintOpt, app
-from triggerfish_cli.cli.options import FormatOpt, QuietOpt, fmt_value
+from triggerfish_cli.cli.options import FormatOpt, QuietOpt, begin
 from triggerfish_cli.errors import InvalidDataError, UsageError
 
 
@@ -32,10 +31,9 @@ def get_cmd(
     from triggerfish_cli.classification import parse_level
     from triggerfish_cli.kv import keys
 
-    st = state(ctx)
+    st, out = begin(ctx, fmt)
     level = parse_level(taint) if taint is not None else None
     value = keys.get_value(st.provider(), key, taint=level)
-    out = st.output(fmt_value(fmt))
     if raw:
         out.write(value)
     elif out.fmt != "table":
@@ -86,7 +84,7 @@ def set_cmd(
     """
     from triggerfish_cli.kv import keys
 
-    st = state(ctx)
+    st, out = begin(ctx, fmt, quiet)
     if file is not None and value is not None:
         raise UsageError("give a VALUE or --file, not both")
     if file is not None:
@@ -98,7 +96,6 @@ def set_cmd(
     else:
         text = value
     result = keys.set_value(st.provider(), key, text, raw=raw)
-    out = st.output(fmt_value(fmt), quiet or None)
     out.outcome(
         result,
         f"{'replaced' if result['replaced'] else 'set'} {key} ({result['bytes']} bytes)",

@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.memory.common import app, resolve_agent, warn_malformed
 from triggerfish_cli.cli.options import (
     AgentOpt,
@@ -17,7 +16,7 @@ from triggerfish_cli.cli.options import (
     QuietOpt,
     TaintOpt,
     YesOpt,
-    fmt_value,
+    begin,
     taint_level,
 )
 from triggerfish_cli.cli.output.text import Column, text_column
@@ -81,8 +80,7 @@ def search_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Full-text search (stemmed) over key, content and tags, best first."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     who = resolve_agent(agent, all_agents)
     result = memory.search(
         st.provider(),
@@ -129,8 +127,7 @@ def get_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """The highest visible version of one memory (exit 3 if none is visible)."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     found = memory.get_memory(
         st.provider(), key, taint=taint_level(taint), agent=agent or DEFAULT_AGENT
     )
@@ -154,8 +151,7 @@ def list_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every visible memory (the version get would return), by agent and key."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     who = resolve_agent(agent, all_agents)
     listing = memory.list_memories(
         st.provider(), taint=taint_level(taint), agent=who, tag=tag, limit=limit
@@ -188,8 +184,7 @@ def save_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Save a memory at exactly the taint's level (keeps createdAt, revives a deleted key)."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     if content is None or content == "-":
         if sys.stdin.isatty():
             raise UsageError("no content: give CONTENT or pipe it on stdin")
@@ -221,8 +216,7 @@ def delete_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Soft-delete a memory at exactly the taint's level (kept in the store for audit)."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     level, who, provider = taint_level(taint), agent or DEFAULT_AGENT, st.provider()
     if not dry_run:
         memory.check_deletable(provider, key, taint=level, agent=who)  # exit 3/4 before asking
@@ -246,8 +240,7 @@ def history_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every version of a key at visible levels, soft-deleted ones included."""
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     who = resolve_agent(agent, all_agents)
     versions = memory.history(st.provider(), key, taint=taint_level(taint), agent=who)
     columns = _columns(("level", "level"), ("status", "status"), agent=who is None)

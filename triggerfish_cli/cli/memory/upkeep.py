@@ -7,7 +7,6 @@ from typing import Annotated, Any
 import typer
 
 from triggerfish_cli.cli import metrics
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.memory.common import app, resolve_agent, warn_malformed
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
@@ -18,7 +17,7 @@ from triggerfish_cli.cli.options import (
     QuietOpt,
     TaintOpt,
     YesOpt,
-    fmt_value,
+    begin,
     taint_level,
 )
 from triggerfish_cli.cli.output.text import Column
@@ -39,8 +38,7 @@ def stats_cmd(
     """Counts per agent and visible level, soft-deleted and malformed records, index drift."""
     from triggerfish_cli.memory import upkeep as memory  # lazy: 3.7 ms of `memory list`
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt))
+    st, out = begin(ctx, fmt)
     result = memory.stats(st.provider(), taint=taint_level(taint), agent=agent)
     document = result.as_dict()
     columns = [Column("agent", "agent"), Column("level", "level")] + [
@@ -94,8 +92,7 @@ def reindex_cmd(
     """
     from triggerfish_cli.memory import upkeep as memory  # lazy: 3.7 ms of `memory list`
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     run = None if dry_run else metrics.begin(ctx, "memory_reindex", metrics_file)
     with out.progress("reindexing") as bar:
         drift = memory.reindex(
@@ -137,8 +134,7 @@ def purge_cmd(
     """Hard-delete soft-deleted memories at visible levels; nothing else is touched."""
     from triggerfish_cli.memory import upkeep as memory  # lazy: 3.7 ms of `memory list`
 
-    st = state(ctx)
-    out = st.output(fmt_value(fmt), quiet or None)
+    st, out = begin(ctx, fmt, quiet)
     provider = st.provider()
     plan = memory.plan_purge(
         provider,

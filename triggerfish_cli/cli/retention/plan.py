@@ -6,8 +6,7 @@ from typing import Annotated
 
 import typer
 
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.options import FormatOpt, begin
 from triggerfish_cli.cli.retention.common import (
     AsOfOpt,
     NamespaceOpt,
@@ -40,11 +39,10 @@ def plan_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """What a sweep would do now, per namespace (count, bytes, oldest, rule). Writes nothing."""
-    st = state(ctx)
+    st, out = begin(ctx, fmt)
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=True)
     plan = read_plan(st.provider(), policies, now, only=only)
-    out = st.output(fmt_value(fmt))
     if not (exit_code and out.quiet):
         show_plan(out, plan, list_keys)
     if exit_code and (plan.deletes or plan.trims):

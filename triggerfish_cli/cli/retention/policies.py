@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import FormatOpt, fmt_value
+from triggerfish_cli.cli.options import FormatOpt, begin
 from triggerfish_cli.cli.output.text import Column, text_column
 from triggerfish_cli.cli.retention.common import (
     app,
@@ -16,9 +15,8 @@ from triggerfish_cli.cli.retention.common import (
 @app.command("policies")
 def policies_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """The effective policy of every namespace, and where it comes from."""
-    st = state(ctx)
+    st, out = begin(ctx, fmt)
     policies = policies_of(st)
-    out = st.output(fmt_value(fmt))
     out.rows(
         (policy.as_dict() for policy in policies),
         [

@@ -11,9 +11,8 @@ from typing import Annotated
 import typer
 
 from triggerfish_cli.cli import metrics
-from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.metrics import MetricsOpt
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, fmt_value
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin
 from triggerfish_cli.cli.retention.common import (
     AsOfOpt,
     NamespaceOpt,
@@ -106,10 +105,9 @@ def sweep_cmd(
     kill leaves the store consistent; the next sweep finishes the job. One
     audit record per sweep. --dry-run prints the plan.
     """
-    st = state(ctx)
+    st, out = begin(ctx, fmt, quiet)
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=False)
-    out = st.output(fmt_value(fmt), quiet or None)
     provider = st.provider()
     if dry_run:
         show_plan(out, read_plan(provider, policies, now, only=only), list_keys=False)
