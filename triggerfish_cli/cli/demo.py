@@ -91,10 +91,8 @@ def create_cmd(
     )
     result = summary.as_dict()
     result["store"] = provider.describe()
-    if out.fmt != "table":
-        out.record(result)
-    elif not out.quiet:
-        out.line(
-            f"wrote {summary.records} keys to {provider.describe()} "
-            f"({summary.memories_indexed} memories indexed, seed {seed})"
-        )
+    out.outcome(
+        result,
+        f"wrote {summary.records} keys to {provider.describe()} "
+        f"({summary.memories_indexed} memories indexed, seed {seed})",
+    )

@@ -139,11 +139,8 @@ def _report_result(out: Any, result: Any) -> None:
     from triggerfish_cli.cli.output.text import Column
 
     document = result.as_dict()
-    if out.fmt != "table":
-        out.record(document)
-    elif out.quiet:  # -q: nothing on success (the exit code says it); a failure still errs
-        pass
-    else:
+
+    def show() -> None:
         out.rows(
             document["namespaces"],
             [
@@ -158,11 +155,12 @@ def _report_result(out: Any, result: Any) -> None:
             ],
             empty="the source is empty",
         )
-        if not out.quiet:
-            verdict = "verified" if result.verified else "NOT verified"
-            out.line(
-                f"copied {result.copied} key(s) from {result.plan.source} to "
-                f"{result.plan.target} in {result.seconds:.1f} s: {verdict}"
-            )
+        verdict = "verified" if result.verified else "NOT verified"
+        out.line(
+            f"copied {result.copied} key(s) from {result.plan.source} to "
+            f"{result.plan.target} in {result.seconds:.1f} s: {verdict}"
+        )
+
+    out.result(document, show)  # -q: nothing on success (the exit code says it)
     for note in result.notes():
         out.info(f"note: {note}")

@@ -111,11 +111,10 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
 
 
 def show_restore(out: Output, document: dict[str, Any]) -> None:
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if out.quiet:
-        return
+    out.result(document, lambda: _restore_lines(out, document))
+
+
+def _restore_lines(out: Output, document: dict[str, Any]) -> None:
     for line in document.get("checks", []):
         out.line(f"ok: {line}")
     prefix = "would restore" if document.get("dry_run") else "restored"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from triggerfish_cli import cells
@@ -136,10 +136,15 @@ class Results(Messages):
 
     def outcome(self, document: Mapping[str, Any], message: str) -> None:
         """What a command did: ``document`` for json/jsonl/csv, else one line (none if quiet)."""
-        if self.fmt in ("json", "jsonl", "csv"):
+        self.result(document, lambda: self.line(message))
+
+    def result(self, document: Mapping[str, Any], show: Callable[[], None]) -> None:
+        """A command's result: ``document`` for json/jsonl/csv; for a table, ``show()``
+        draws it for people (not with --quiet: nothing on success)."""
+        if self.fmt != "table":
             self.record(document)
         elif not self.quiet:
-            self.line(message)
+            show()
 
     def diff(self, text: str, *, err: bool = False) -> None:
         """A unified diff, exact; coloured only when its stream is a TTY (and colour is on)."""
