@@ -317,9 +317,11 @@ def test_sweep_confirmation_and_progress_on_a_tty(
     cli: CliFn, gateway_db: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from triggerfish_cli.cli import output
+    from triggerfish_cli.cli.output import base, results, table
 
     monkeypatch.setattr(output.Output, "stdin_is_tty", property(lambda self: True))
-    monkeypatch.setattr(output, "_isatty", lambda stream: True)
+    for module in (base, results, table):  # every stream is a terminal
+        monkeypatch.setattr(module, "isatty", lambda stream: True)
     before = dump_tables(gateway_db)
     no = cli("retention", "sweep", "--as-of", AS_OF, input="n\n")
     assert no.exit_code == 4 and "Delete 8 and trim 0 record(s)" in no.stderr
