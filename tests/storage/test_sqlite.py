@@ -279,9 +279,9 @@ def test_a_listing_of_every_value_reads_unmapped_and_maps_again_after(tmp_path: 
     store.close()
 
 
-def test_scan_many_reads_ahead_and_meets_a_cell_that_is_not_utf8(tmp_path: Path) -> None:
-    """The batches are read on a thread of their own: the decoder switch, the
-    snapshot and an early stop all behave as on one thread."""
+def test_scan_many_meets_a_cell_that_is_not_utf8_and_stops_early(tmp_path: Path) -> None:
+    """The decoder switch mid-scan gives every row once; an early stop ends the
+    snapshot and leaves the connection usable."""
     db = tmp_path / "odd.db"
     store = SqliteStorage(db, create=True)
     store.set_many((f"conv:s:{i:04d}", "ok") for i in range(100))
@@ -293,7 +293,7 @@ def test_scan_many_reads_ahead_and_meets_a_cell_that_is_not_utf8(tmp_path: Path)
     assert {value for key, value in seen.items() if key != "conv:s:0055"} == {"ok"}
     stream = store.scan_many(["conv:"], batch_size=10)
     assert next(stream)[1] in {"ok", seen["conv:s:0055"]}
-    stream.close()  # the reading thread stops; the connection is the store's again
+    stream.close()
     assert not store.connection.in_transaction
     store.set("conv:s:0000", "new")
     assert store.get("conv:s:0000") == "new"

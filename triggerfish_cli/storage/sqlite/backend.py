@@ -265,9 +265,6 @@ class SqliteStorage(SqliteSession):
         query per prefix. Either way inside one read transaction
         (:meth:`read_snapshot`): a consistent snapshot.
         """
-        # Here, not at the top: queue and threading cost `kv get` 1.3 ms of start-up.
-        from triggerfish_cli.threads import prefetched
-
         wanted = [prefix for prefix in prefixes if prefix]
         if not wanted:
             return
@@ -288,18 +285,7 @@ class SqliteStorage(SqliteSession):
             else:
                 queries = [(f"SELECT key, value FROM kv WHERE {w}", p) for w, p in ranges]
             for sql, params in queries:
-                # Read ahead on a thread: SQLite lets go of the GIL while it steps
-                # through pages, so the next batch is read while the caller
-                # works on this one (a plan of a million keys: the read is a
-                # fifth of it). The connection is the thread's alone meanwhile.
-                batches = self._batches(conn, sql, params, batch_size)
-                ahead = prefetched(batches)
-                try:
-                    for rows in ahead:
-                        yield from rows
-                finally:
-                    ahead.close()  # the thread has stopped: the connection is ours again
-                    batches.close()
+                yield from self._fetch(conn, sql, params, batch_size)
 
     def get_many(self, keys: Iterable[str]) -> dict[str, str]:
         found: dict[str, str] = {}

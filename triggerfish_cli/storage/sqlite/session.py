@@ -10,7 +10,7 @@ import builtins
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
@@ -206,14 +206,7 @@ class SqliteSession(BaseStorage):
     def _fetch(
         self, conn: sqlite3.Connection, sql: str, params: Sequence[Any], batch_size: int
     ) -> Iterator[tuple[Any, ...]]:
-        """The rows of one query, ``batch_size`` at a time, each cell a str (cells.py)."""
-        for rows in self._batches(conn, sql, params, batch_size):
-            yield from rows
-
-    def _batches(
-        self, conn: sqlite3.Connection, sql: str, params: Sequence[Any], batch_size: int
-    ) -> Generator[builtins.list[tuple[Any, ...]], None, None]:
-        """The rows of one query in lists of up to ``batch_size``, each cell a str.
+        """The rows of one query, ``batch_size`` at a time, each cell a str (cells.py).
 
         A cell that is not UTF-8 switches the decoder and the query runs
         again (same snapshot, same order), past the rows already given.
@@ -238,7 +231,7 @@ class SqliteSession(BaseStorage):
                         dropped = min(skip, len(rows))
                         rows, skip = rows[dropped:], skip - dropped
                     given += len(rows)
-                    yield odd_rows(rows)
+                    yield from odd_rows(rows)
             except _Again:
                 continue
 
