@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -115,7 +116,10 @@ def main() -> None:
         except sqlite3.OperationalError:
             time.sleep(0.01)
     print("ready", flush=True)
-    while not stop.exists():
+    parent = os.getppid()
+    # Until told to stop, or until the test that started it is gone (a killed
+    # pytest never touches STOPFILE: an orphan writer would write on for ever).
+    while not stop.exists() and os.getppid() == parent:
         count += 1
         key = f"{args.prefix}{count:07d}"
         value = json.dumps({"id": key, "createdAt": "2026-12-01T00:00:00.000Z", "n": count})
