@@ -16,7 +16,6 @@ Refused (exit 6) while another process has the store open (found through
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import shutil
 import sqlite3
@@ -37,9 +36,9 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.fileio import fsync_dir
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
+from triggerfish_cli.storage.sqlite.live_writers import describe_writers, live_writers
 
 PRE_RESTORE = ".pre-restore-"
-SHM_DMS_BYTE = 128  # SQLite's "dead man switch" lock byte in the -shm file
 
 
 def stamp() -> str:
@@ -49,59 +48,13 @@ def stamp() -> str:
 # -- who has the store open ---------------------------------------------------------
 
 
-def open_by_others(db: Path) -> list[str]:
-    """Processes (other than this one) holding the store or its WAL open: ``pid (name)``."""
-    targets = set()
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(OSError):
-            targets.add(os.path.realpath(str(db) + suffix))
-    found: list[str] = []
-    proc = Path("/proc")
-    me = os.getpid()
-    if proc.is_dir():
-        for entry in proc.iterdir():
-            if not entry.name.isdigit() or int(entry.name) == me:
-                continue
-            try:
-                links = [os.readlink(fd) for fd in (entry / "fd").iterdir()]
-            except OSError:
-                continue
-            if targets.intersection(links):
-                try:
-                    comm = (entry / "comm").read_text().strip()
-                except OSError:
-                    comm = "?"
-                found.append(f"{entry.name} ({comm})")
-    if not found and _shm_in_use(db):
-        found.append("a process holding its shared-memory lock")
-    return found
-
-
-def _shm_in_use(db: Path) -> bool:
-    """True when another process holds SQLite's lock on the -shm file (it has the store open)."""
-    shm = Path(str(db) + "-shm")
-    try:
-        fd = os.open(shm, os.O_RDWR)
-    except OSError:
-        return False
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, SHM_DMS_BYTE)
-    except OSError:
-        return True
-    else:
-        fcntl.lockf(fd, fcntl.LOCK_UN, 1, SHM_DMS_BYTE)
-        return False
-    finally:
-        os.close(fd)
-
-
 def check_not_open(db: Path, force: bool) -> None:
     if force or not db.exists():
         return
-    users = open_by_others(db)
+    users = live_writers(db)  # as the write gate sees them: open files, then the -shm lock
     if users:
         raise BusyError(
-            f"{db}: open by another process: {', '.join(users[:5])}",
+            f"{db}: open by another process: {describe_writers(users)}",
             hint="stop the gateway first, or pass --force to restore anyway",
         )
 
