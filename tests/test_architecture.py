@@ -554,3 +554,39 @@ def test_the_size_check_finds_a_long_module_and_a_stale_entry(tmp_path: Path) ->
         "grown.py: 600 lines (at most 550)",
     ]
     assert stale == ["core.py"]
+
+
+TESTS = Path(__file__).parent
+
+
+def misplaced_tests(tests: Path, package: Path) -> list[str]:
+    """Flat test modules named after a domain package (``test_backup_*.py`` beside
+    ``triggerfish_cli/backup/``): their home is the mirroring ``tests/<package>/``."""
+    packages = sorted(
+        child.name
+        for child in package.iterdir()
+        if (child / "__init__.py").exists() and child.name != "cli"
+    )
+    return sorted(
+        path.name
+        for path in tests.glob("test_*.py")
+        if any(
+            path.stem == f"test_{name}" or path.stem.startswith(f"test_{name}_")
+            for name in packages
+        )
+    )
+
+
+def test_tests_mirror_the_domain_packages() -> None:
+    assert misplaced_tests(TESTS, PACKAGE) == []
+
+
+def test_the_mirror_check_finds_a_flat_domain_test(tmp_path: Path) -> None:
+    package, tests = tmp_path / "pkg", tmp_path / "tests"
+    (package / "backup").mkdir(parents=True)
+    (package / "backup" / "__init__.py").write_text("")
+    (package / "backupish.py").write_text("")  # a module, not a package: no rule
+    tests.mkdir()
+    for name in ("test_backup.py", "test_backup_prune.py", "test_backupish.py", "test_demo.py"):
+        (tests / name).write_text("")
+    assert misplaced_tests(tests, package) == ["test_backup.py", "test_backup_prune.py"]

@@ -46,7 +46,7 @@ from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 FAST = Pacing(min_pause=0, pause=0)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 EXTRA = dict(
     [

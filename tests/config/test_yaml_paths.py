@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from tests.test_secrets_guard import GATEWAY_CONFIG
+from tests.config.test_secrets_guard import GATEWAY_CONFIG
 from triggerfish_cli.config import redaction, yaml_paths
 from triggerfish_cli.config import secrets_guard as guard
 from triggerfish_cli.errors import InvalidDataError

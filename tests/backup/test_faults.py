@@ -21,7 +21,7 @@ from tests.helpers import writer as writer_process
 from tests.helpers.gateway import GATEWAY_ROWS
 from triggerfish_cli.backup.archive import is_archive_name
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _fill(db: Path, count: int) -> None:
