@@ -40,7 +40,10 @@ def main(db: str, out: str, stop: str, timeout: str, prefix: str = "conv:bench-w
     start = time.perf_counter()
     n = 0
     print("ready", flush=True)
-    while not os.path.exists(stop):
+    parent = os.getppid()
+    # Until told to stop, or until the bench that started it is gone (a killed
+    # bench never writes the stop file: an orphan would write beside later runs).
+    while not os.path.exists(stop) and os.getppid() == parent:
         n += 1
         due = start + n * TICK
         now = time.perf_counter()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
@@ -435,6 +436,17 @@ def test_export_picks_the_format_of_the_file_name_and_import_reads_it_back(
     assert done.exit_code == 0, done.stderr
     assert done.json()["replaced"] == len(ODD_VALUES)
     assert {k: v for k, v in store.contents().items() if k in ODD_VALUES} == ODD_VALUES
+
+
+def test_import_of_a_large_csv_field_gives_the_csv_limit_back(
+    cli: CliFn, store: StoreHandle
+) -> None:
+    """The field limit is process-wide: raised only while an import reads."""
+    before = csv.field_size_limit()
+    done = cli(*store.args, "kv", "import", "-", input=f"key,value\nbig,{'y' * 200_000}\n")
+    assert done.exit_code == 0, done.stderr
+    assert csv.field_size_limit() == before
+    assert store.contents()["big"] == "y" * 200_000
 
 
 def test_import_reads_tsv_and_a_csv_with_a_byte_order_mark(cli: CliFn, store: StoreHandle) -> None:

@@ -137,6 +137,17 @@ def import_format(head: bytes) -> str:
 def parse_table_import(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str]:
     """A JSON list of {"key", "value"} objects, or CSV/TSV with a key,value header,
     read and checked whole first: a bad row imports nothing and is named."""
+    import csv
+
+    # The limit is process-wide: raised for this read (values > 128 KiB), then given back.
+    previous = csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
+    try:
+        return _read_rows(stream, origin, fmt)
+    finally:
+        csv.field_size_limit(previous)
+
+
+def _read_rows(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str]:
     # sqlite-utils parses these (its rows_from_file: the BOM, the dialect, rows with
     # more fields than the header); imported here only, as it costs 90-180 ms
     # (click, pluggy, dateutil and its plugin scan), more than a whole `kv get`.
@@ -145,7 +156,6 @@ def parse_table_import(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str
     from sqlite_utils.utils import Format, RowError, RowsFromFileBadJSON, rows_from_file
 
     chosen = {"json": Format.JSON, "csv": Format.CSV, "tsv": Format.TSV}[fmt]
-    csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))  # values > 128 KiB
     what = "item" if fmt == "json" else "row"
     items: dict[str, str] = {}
     number = 0
