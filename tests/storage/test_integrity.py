@@ -99,14 +99,26 @@ def test_a_unique_index_holding_a_value_twice_is_found(tmp_path: Path) -> None:
     conn = sqlite3.connect(db)
     conn.executescript(
         "CREATE TABLE t (a TEXT); CREATE INDEX t_a ON t (a);"
-        "INSERT INTO t VALUES ('x'), ('y'), ('x');"
+        "INSERT INTO t VALUES (NULL), ('x'), ('y'), (NULL), ('x');"
         "PRAGMA writable_schema = ON;"
         "UPDATE sqlite_schema SET sql = 'CREATE UNIQUE INDEX t_a ON t (a)' WHERE name = 't_a';"
     )
     conn.commit()
     conn.close()
     assert _whole(db) != ["ok"]
-    assert any("more than once" in problem for problem in _problems(db))
+    assert any("holds 1 value(s) more than once" in problem for problem in _problems(db))
+
+
+def test_a_unique_index_may_hold_null_more_than_once(tmp_path: Path) -> None:
+    db = tmp_path / "s.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(
+        "CREATE TABLE t (a TEXT UNIQUE);"
+        "INSERT INTO t VALUES (NULL), ('x'), (NULL), ('y'), (NULL);"
+    )
+    conn.commit()
+    conn.close()
+    assert _whole(db) == ["ok"] and _problems(db) == []
 
 
 def test_tables_with_other_indexes_are_left_to_sqlites_check_of_that_table(
