@@ -142,10 +142,41 @@ class Planner:
     # -- reading records ----------------------------------------------------------
 
     def feed(self, records: Iterable[tuple[str, str]]) -> None:
-        """Take in records (the hot loop of a million-key scan: keep it lean)."""
+        """Take in records (the hot loop of a million-key scan: keep it lean).
+
+        Messages (``conv:``, three quarters of a real store) are read here,
+        inline, with what they need in locals (their handler in the dispatch
+        table is never called)."""
         dispatch = self.dispatch.get
         counts: Counter[str] = Counter()
+        conv_ns, _, conv_acts = self.dispatch["conv:"]
+        read_conv = self.readers["conv:"]
+        conv_last, conv_newest, conv_left = self.conv_last, self.conv_newest, self.conv_left
+        last_of, newest_of = conv_last.get, conv_newest.get
+        cutoff = self.cutoffs["conv:"] if conv_acts else None
+        conv_actions = self.plans["conv:"].actions if conv_acts else []
+        older = self.older_than["conv:"]
+        messages = 0
         for key, value in records:
+            if key.startswith("conv:"):  # conv:<session>:<seq>
+                messages += 1
+                cut = key.rfind(":")
+                sid = key[5:cut] if cut > 4 else ""
+                last = last_of(sid)
+                if last is None or key > last:
+                    conv_last[sid] = key
+                moment = read_conv(key, value)
+                if moment is None:
+                    self._conv_unknown(conv_ns, sid, key, value, conv_acts)
+                    continue
+                newest = newest_of(sid)
+                if newest is None or moment > newest:
+                    conv_newest[sid] = moment
+                if cutoff is not None and moment < cutoff:
+                    conv_actions.append(Action(key, "conv:", value, time=moment, reason=older))
+                else:
+                    conv_left.add(sid)
+                continue
             colon = key.find(":")
             entry = dispatch(key[: colon + 1]) if colon >= 0 else None
             if entry is None:
@@ -157,6 +188,8 @@ class Planner:
             ns, handler, acts = entry
             counts[ns.prefix] += 1
             handler(self, ns, key, value, acts)
+        if messages:
+            counts["conv:"] += messages
         for prefix, count in counts.items():
             if prefix in self.plans:
                 self.plans[prefix].records += count
@@ -191,30 +224,12 @@ class Planner:
             elif self._older(ns.prefix, moment):  # else: young, whatever its history says
                 self.session_candidates.append((key, value, moment))
 
-    def _conv(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
-        # The hot path: three quarters of a real store are messages.
-        cut = key.rfind(":")
-        sid = key[5:cut] if cut > 4 else ""  # conv:<session>:<seq>
-        moment = self.readers["conv:"](key, value)
-        last = self.conv_last.get(sid)
-        if last is None or key > last:
-            self.conv_last[sid] = key
-        if moment is None:
-            self.conv_unknown.add(sid)
-            self.conv_left.add(sid)
-            if acts:
-                self._unknown(ns, key, value, "timestamp")
-            return
-        newest = self.conv_newest.get(sid)
-        if newest is None or moment > newest:
-            self.conv_newest[sid] = moment
-        cutoff = self.cutoffs["conv:"]
-        if acts and cutoff is not None and moment < cutoff:
-            self.plans["conv:"].actions.append(
-                Action(key, "conv:", value, time=moment, reason=self.older_than["conv:"])
-            )
-        else:
-            self.conv_left.add(sid)
+    def _conv_unknown(self, ns: Namespace, sid: str, key: str, value: str, acts: bool) -> None:
+        """A message with no readable time: its session stays, whatever its age."""
+        self.conv_unknown.add(sid)
+        self.conv_left.add(sid)
+        if acts:
+            self._unknown(ns, key, value, "timestamp")
 
     def _lineage(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         lid = key[len(ns.prefix) :]
@@ -455,11 +470,11 @@ class Planner:
 
 _Handler = Callable[[Planner, Namespace, str, str, bool], None]
 
+#: Each namespace's handler in :meth:`Planner.feed` (``conv:`` is read inline there).
 _HANDLERS: dict[str, _Handler] = {
     "main-session-id": Planner._main_session_id,
     "session-id:": Planner._session_id,
     "sessions:": Planner._sessions,
-    "conv:": Planner._conv,
     "lineage:": Planner._lineage,
     "taint:": Planner._defer,
     "conv-session:": Planner._defer,
