@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,8 +44,23 @@ def atomic_writer(
     (``backup_dest.remove_stale``). ``mode`` sets the new file's permissions;
     otherwise an existing file's mode is kept (``keep_mode``), else 0644 minus
     umask.
+
+    What is not a regular file is written as it is, never replaced: a device
+    (``-o /dev/null``: replacing it, as root, broke /dev/null for the whole
+    machine), a pipe (``-o /dev/stdout``), a FIFO. A symbolic link to a file
+    stays a link: the file it names is replaced.
     """
     path = Path(path)
+    try:
+        found = os.stat(path)
+    except OSError:
+        found = None
+    if found is not None and not stat.S_ISREG(found.st_mode):
+        with _written_through(path, binary) as handle:
+            yield handle
+        return
+    if path.is_symlink():
+        path = Path(os.path.realpath(path))
     directory = path.parent if str(path.parent) else Path(".")
     if mode is None and keep_mode and path.exists():
         mode = path.stat().st_mode & 0o7777
@@ -74,3 +90,13 @@ def atomic_writer(
             raise write_error(path, exc) from exc
         raise
     fsync_dir(directory)
+
+
+@contextlib.contextmanager
+def _written_through(path: Path, binary: bool) -> Iterator[IO[Any]]:
+    """``path`` opened for writing in place (a device, a pipe: nothing to rename)."""
+    try:
+        with open(path, "wb" if binary else "w", encoding=None if binary else "utf-8") as handle:
+            yield handle
+    except OSError as exc:
+        raise write_error(path, exc) from exc

@@ -277,3 +277,57 @@ def test_atomic_writer_temp_names_hold_the_pid(tmp_path: Path) -> None:
         names = [p.name for p in tmp_path.iterdir()]
         handle.write("x")
     assert len(names) == 1 and f".x.txt.{os.getpid()}." in names[0]
+
+
+def test_atomic_writer_writes_into_a_fifo_and_leaves_it_one(tmp_path: Path) -> None:
+    """Not a regular file (a FIFO, /dev/null, /dev/stdout): written as it is, never
+    replaced by a regular file (as root, replacing /dev/null breaks the machine)."""
+    import stat
+    import threading
+
+    from triggerfish_cli.fileio import atomic_writer
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_text()), daemon=True)
+    reader.start()
+    with atomic_writer(fifo) as handle:
+        handle.write("through the pipe\n")
+    reader.join(timeout=10)
+    assert got == ["through the pipe\n"]
+    assert stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temp file left
+
+
+def test_atomic_writer_replaces_the_file_a_symlink_names_and_keeps_the_link(
+    tmp_path: Path,
+) -> None:
+    from triggerfish_cli.fileio import atomic_writer
+
+    real = tmp_path / "real" / "triggerfish.yaml"
+    real.parent.mkdir()
+    real.write_text("old\n")
+    real.chmod(0o640)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(real)
+    with atomic_writer(link) as handle:
+        handle.write("new\n")
+    assert link.is_symlink() and real.read_text() == "new\n"
+    assert real.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in real.parent.iterdir()) == ["triggerfish.yaml"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mknod of a character device needs root")
+def test_kv_export_to_a_character_device_leaves_the_device(cli: CliFn, tmp_path: Path) -> None:
+    """``kv export -o /dev/null`` as root replaced /dev/null with a regular file."""
+    import stat
+
+    db = tmp_path / "s.db"
+    assert cli("--db", str(db), "demo", "create", "--records", "200").exit_code == 0
+    device = tmp_path / "null"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    done = cli("--db", str(db), "kv", "export", "-o", str(device))
+    assert done.exit_code == 0, done.stderr
+    assert stat.S_ISCHR(device.lstat().st_mode)
+    assert device.stat().st_rdev == os.makedev(1, 3)
