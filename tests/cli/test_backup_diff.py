@@ -160,7 +160,7 @@ def test_a_partial_backup_is_named_partial(cli: CliFn, db: Path) -> None:
 
 
 def test_a_damaged_backup_is_no_diff(cli: CliFn, db: Path) -> None:
-    from tests.test_backup import _damage
+    from tests.backup.test_backup import _damage
 
     name = backup(cli, "--logical")
     archive = db.parent.parent / "backups" / "store" / name

@@ -169,7 +169,7 @@ def test_a_partial_archive_holding_a_row_above_its_level_fails_verification(
     cli: CliFn, db: Path, tmp_path: Path
 ) -> None:
     """The manifest's promise is checked: a doctored full backup passed off as partial fails."""
-    from tests.test_backup import _rewrite_manifest
+    from tests.backup.test_backup import _rewrite_manifest
 
     document = create(cli, "--logical", "--to", str(tmp_path / "b"))
     archive = Path(document["destination"]) / document["name"]

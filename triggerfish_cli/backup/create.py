@@ -25,19 +25,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 from triggerfish_cli import cells, namespaces
-from triggerfish_cli.backup.archive import (
-    COMPRESSIONS,
-    HashingWriter,
-    Manifest,
-    ZstdFrames,
-    archive_name,
-    compress_stream,
-    manifest_json,
-    sealed_outer,
-    trailer_bytes,
-)
+from triggerfish_cli.backup.archive import archive_name, sealed_outer, trailer_bytes
 from triggerfish_cli.backup.crypt import Recipient
 from triggerfish_cli.backup.dest import Destination, temp_dir
+from triggerfish_cli.backup.manifest import COMPRESSIONS, Manifest, manifest_json
+from triggerfish_cli.backup.streams import HashingWriter, ZstdFrames, compress_stream
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
 from triggerfish_cli.memory.keys import LEVELS_BY_NAME

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup.archive import Manifest
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import StorageProvider
 

@@ -21,18 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import cells
-from triggerfish_cli.backup.archive import (
-    LimitedHashingReader,
-    Manifest,
-    decompress_chunks,
-    decompress_into,
-    open_sealed,
-    read_manifest,
-)
+from triggerfish_cli.backup.archive import open_sealed, read_manifest
 from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows
 from triggerfish_cli.backup.crypt import Decryptor, Identities
+from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
 from triggerfish_cli.backup.dest import Destination
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.partial import above
+from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
