@@ -92,7 +92,7 @@ def create(
 
 COMPRESS_ALONE = """
 import sys
-from triggerfish_cli.backup.archive import HashingWriter, compress_stream, read_chunks
+from triggerfish_cli.backup.streams import HashingWriter, compress_stream, read_chunks
 class Null:
     def write(self, data): return len(data)
     def flush(self): pass

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 from triggerfish_cli import threads
-from triggerfish_cli.backup.archive import ZstdFrames
+from triggerfish_cli.backup.streams import ZstdFrames
 
 PACKAGE = Path(__file__).parents[1] / "triggerfish_cli"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from triggerfish_cli.backup.archive import Manifest
 from triggerfish_cli.backup.dest import Entry
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.prune import KeepPolicy, plan_prune
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.serialization import to_iso

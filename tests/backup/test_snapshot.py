@@ -22,22 +22,22 @@ from hypothesis import strategies as st
 
 from tests.conftest import CliFn
 from tests.helpers import wal_writer
-from triggerfish_cli.backup.archive import (
+from triggerfish_cli.backup.archive import read_manifest
+from triggerfish_cli.backup.counts import Counts, KeyCounter, memory_level
+from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
+from triggerfish_cli.backup.manifest import Manifest
+from triggerfish_cli.backup.streams import (
     HashingWriter,
     LimitedHashingReader,
-    Manifest,
     ZstdFrames,
     compress_stream,
-    decompress_chunks,
-    decompress_into,
-    read_manifest,
 )
-from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows, memory_level
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError, VerificationError
 from triggerfish_cli.memory.keys import split_key
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite import snapshot as backup_snapshot
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.counts import count_rows
 
 
 @pytest.fixture

@@ -17,8 +17,8 @@ from typing import Any
 
 import pytest
 
-from triggerfish_cli.backup.archive import HashingWriter, compress_stream
 from triggerfish_cli.backup.direct_file import BLOCK, DirectFile, open_archive
+from triggerfish_cli.backup.streams import HashingWriter, compress_stream
 
 
 class Recording:

@@ -1,12 +1,11 @@
 """``backup create``: a consistent snapshot of a live store, compressed, with its manifest.
 
 SQLite (``physical``): the pages of one WAL read snapshot of the live store,
-read straight from its files (backup_snapshot: it never blocks the gateway's
-writers; the online backup API into a scratch copy is the fallback), stream
-through the compressor into the archive, hashed on the way, written under a
-temp name, fsynced and renamed (mode 0600). Counts per namespace and
-memories per level are read from the same snapshot, so they match it
-exactly.
+read straight from its files (the backend's snapshot source, reached through
+storage/backends.py: it never blocks the gateway's writers), stream through
+the compressor into the archive, hashed on the way, written under a temp
+name, fsynced and renamed (mode 0600). Counts per namespace and memories per
+level are read from the same snapshot, so they match it exactly.
 
 Any backend (``logical``): every key and value as JSON Lines in key order
 (SQLite: one read transaction; Postgres: one REPEATABLE READ transaction:
@@ -16,150 +15,32 @@ same way.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
-from collections import Counter
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
-from triggerfish_cli import cells, namespaces
-from triggerfish_cli.backup.archive import (
-    COMPRESSIONS,
-    HashingWriter,
-    Manifest,
-    ZstdFrames,
-    archive_name,
-    compress_stream,
-    manifest_json,
-    sealed_outer,
-    trailer_bytes,
-)
+from triggerfish_cli import audit
+from triggerfish_cli.backup.archive import archive_name
+from triggerfish_cli.backup.big_buffers import reuse_big_buffers
+from triggerfish_cli.backup.counts import Counts, KeyCounter, SnapshotSource
 from triggerfish_cli.backup.crypt import Recipient
 from triggerfish_cli.backup.dest import Destination, temp_dir
+from triggerfish_cli.backup.direct_file import open_archive
+from triggerfish_cli.backup.manifest import COMPRESSIONS, Manifest
+from triggerfish_cli.backup.partial import Ceiling
+from triggerfish_cli.backup.payload import Payload, finish_payload, json_lines
+from triggerfish_cli.backup.stores import hostname, location
+from triggerfish_cli.backup.streams import HashingWriter, ZstdFrames, compress_stream
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
-from triggerfish_cli.memory.keys import LEVELS_BY_NAME
-from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
-from triggerfish_cli.progress import Reporter
+from triggerfish_cli.progress import SILENT, Reporter, counted
 from triggerfish_cli.serialization import now_iso
-from triggerfish_cli.storage.provider import StorageProvider, uncovered_ranges
-from triggerfish_cli.storage.sqlite.snapshot import stream_snapshot
-from triggerfish_cli.storage.sqlite.sql import gap_clause, range_clause
+from triggerfish_cli.storage.backends import snapshot_source
+from triggerfish_cli.storage.identity import ensure_id, read_id
+from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.threads import cpu_workers
-
-if TYPE_CHECKING:
-    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
-
-
-@dataclass
-class Counts:
-    keys: int
-    namespaces: dict[str, int]
-    memories: dict[str, int]
-
-
-def count_rows(conn: sqlite3.Connection) -> Counts:
-    """Keys per namespace (unknown ones by first segment) and memory records per level.
-
-    Reads only the key index: range counts for the known namespaces, one
-    grouped query per gap between them, the memory keys for their levels.
-    """
-    found: dict[str, int] = {}
-    for prefix in namespaces.PREFIXES:
-        where, params = range_clause(prefix)
-        count = int(conn.execute(f"SELECT count(*) FROM kv WHERE {where}", params).fetchone()[0])
-        if count:
-            found[prefix] = count
-    for low, high in uncovered_ranges(namespaces.PREFIXES):
-        where, params = gap_clause(low, high)
-        if low is None:  # NULL keys sort first: in the first gap
-            where = f"({where}) OR key IS NULL"
-        # As namespaces.group_of: a group that is not UTF-8 text (a NULL or BLOB key) is "".
-        rows = conn.execute(
-            "SELECT CASE WHEN typeof(key) != 'text' THEN x'' WHEN instr(key, ':') > 0 "
-            "THEN CAST(substr(key, 1, instr(key, ':')) AS BLOB) "
-            f"ELSE x'' END AS grp, count(*) FROM kv WHERE {where} GROUP BY grp",
-            params,
-        ).fetchall()
-        for raw, count in rows:
-            try:
-                group = bytes(raw).decode("utf-8")
-            except UnicodeDecodeError:
-                group = ""
-            found[group] = found.get(group, 0) + int(count)
-    return Counts(sum(found.values()), found, memory_levels(conn))
-
-
-def memory_levels(conn: sqlite3.Connection) -> dict[str, int]:
-    """Memory records per level: ``memory:<agent>:<LEVEL>:<key>`` (``memory.split_key``).
-
-    One pass over the memory keys in the key index, read as bytes (one may
-    not be UTF-8, cells.py): cheap however many agents there are (every
-    cron or webhook run is an agent of its own, so a store may hold as many
-    agents as memories).
-    """
-    levels: Counter[str] = Counter()
-    names = {level.encode(): level for level in LEVELS_BY_NAME}
-    plain: dict[bytes, bool] = {}
-    end = MEMORY_PREFIX[:-1] + chr(ord(MEMORY_PREFIX[-1]) + 1)
-    skip = len(MEMORY_PREFIX)
-    # TEXT keys only, as the range counts of count_rows (a BLOB sorts after every TEXT)
-    rows = conn.execute(
-        "SELECT CAST(key AS BLOB) FROM kv WHERE key >= ? AND key < ?", (MEMORY_PREFIX, end)
-    )
-    for (raw,) in rows:
-        agent, colon, rest = bytes(raw)[skip:].partition(b":")
-        level, tail, _ = rest.partition(b":")
-        name = names.get(level)
-        if name is None or not (agent and colon and tail):
-            continue
-        known = plain.get(agent)
-        if known is None:  # an agent not UTF-8: no memory (memory_level)
-            known = plain[agent] = _utf8(agent)
-        if known:
-            levels[name] += 1
-    return {level: count for level, count in levels.items() if count}
-
-
-def memory_level(key: str) -> str | None:
-    """The level of ``memory:<agent>:<LEVEL>:<key>`` (as ``memory.split_key`` reads it).
-
-    None too when the agent is not UTF-8 text (cells.py), as :func:`memory_levels` counts.
-    """
-    parts = key.split(":", 3)
-    if len(parts) == 4 and parts[0] == "memory" and parts[1] and parts[2] in LEVELS_BY_NAME:
-        return parts[2] if parts[1].isascii() or cells.is_plain(parts[1]) else None
-    return None
-
-
-def _utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
-
-
-class KeyCounter:
-    """The same counts as :func:`count_rows`, one key at a time (logical backups)."""
-
-    def __init__(self) -> None:
-        self.groups: Counter[str] = Counter()
-        self.levels: Counter[str] = Counter()
-        self.keys = 0
-
-    def add(self, key: str) -> None:
-        self.keys += 1
-        self.groups[namespaces.group_of(key)] += 1
-        if key.startswith(MEMORY_PREFIX):
-            level = memory_level(key)
-            if level is not None:
-                self.levels[level] += 1
-
-    def counts(self) -> Counts:
-        return Counts(self.keys, dict(self.groups), dict(self.levels))
 
 
 @dataclass
@@ -225,13 +106,6 @@ def create_backup(
     ``max_taint`` (logical backups only): a partial backup without the rows
     classified above that level (backup/partial.py); the manifest says so.
     """
-    import time
-
-    from triggerfish_cli.backup.big_buffers import reuse_big_buffers
-    from triggerfish_cli.backup.direct_file import open_archive
-    from triggerfish_cli.backup.stores import hostname, location
-    from triggerfish_cli.progress import SILENT, counted
-
     progress = progress or SILENT
 
     if compression not in COMPRESSIONS:
@@ -247,6 +121,7 @@ def create_backup(
     started = time.perf_counter()
     reuse_big_buffers()  # the payload streams in 8 MiB chunks (backup/big_buffers.py)
     kind = choose_kind(provider, logical)
+    source = snapshot_source(provider)
     notes: list[str] = []
     warnings: list[str] = []
     store_id = _identity(provider, notes) if record else _read_identity(provider)
@@ -265,16 +140,16 @@ def create_backup(
         backend=provider.backend,
         compression=compression,
         label=label,
-        sqlite_version=sqlite3.sqlite_version if provider.backend == "sqlite" else None,
+        sqlite_version=source.sqlite_version if source is not None else None,
         store_id=store_id,
         host=hostname(),
         max_taint=max_taint.name if max_taint is not None else None,
     )
     options: dict[str, Any] = {"level": level, "threads": threads}
     if kind == "physical":
-        path = provider.database_file()
-        assert path is not None
-        progress.phase("snapshot", _store_bytes(path), unit="bytes")
+        # database_file(): a SQLite store, snapshotted by its backend
+        assert source is not None
+        progress.phase("snapshot", source.size(), unit="bytes")
         watched = progress
 
         def through(
@@ -282,7 +157,7 @@ def create_backup(
         ) -> Callable[[Iterator[bytes | memoryview]], HashingWriter]:
             return lambda chunks: consume(counted(chunks, watched))
 
-        payload = _Payload(recipients)
+        payload = Payload(recipients)
         with dest.staging(name) as staged:
             with (
                 temp_dir(dest.scratch_dir(), "snapshot") as scratch,
@@ -297,10 +172,8 @@ def create_backup(
                     manifest.content_bytes, manifest.frames = done.read, done.frames
                     return sink
 
-                # database_file(): a SQLite store, snapshotted by SQLite's backup API
-                store = cast("SqliteStorage", provider)
-                sink = _physical(store, scratch / "snapshot.db", manifest, through(compress))
-            _finish_payload(sink, manifest)
+                sink = _physical(source, scratch / "snapshot.db", manifest, through(compress))
+            finish_payload(sink, manifest)
             with staged.open("ab") as tail:
                 _trailer(tail, manifest, payload)
     else:
@@ -315,18 +188,16 @@ def create_backup(
 
         rows: Iterable[tuple[str, str]] = provider.snapshot_scan(batch_size=5000)
         if max_taint is not None:
-            from triggerfish_cli.backup.partial import Ceiling
-
             ceiling = Ceiling(max_taint)
             rows = (row for row in rows if ceiling.admits(*row))
-        chunks = _json_lines(rows, counter, advance, warnings)
-        payload = _Payload(recipients)
+        chunks = json_lines(rows, counter, advance, warnings)
+        payload = Payload(recipients)
         with dest.writer(name) as handle:
             with payload.into(handle) as sink:
                 done = compress_stream(chunks, sink, compression, **options)
             manifest.content_bytes, manifest.frames = done.read, done.frames
             _set_counts(manifest, counter.counts())
-            _finish_payload(sink, manifest)
+            finish_payload(sink, manifest)
             _trailer(handle, manifest, payload)
     result = Created(
         name,
@@ -345,8 +216,6 @@ def create_backup(
 
 def _identity(provider: StorageProvider, notes: list[str]) -> str | None:
     """The store's id, recorded now when it has none; None (and a note) when it cannot be."""
-    from triggerfish_cli.storage.identity import ensure_id
-
     try:
         return ensure_id(provider)
     except TriggerfishError as exc:
@@ -355,15 +224,11 @@ def _identity(provider: StorageProvider, notes: list[str]) -> str | None:
 
 
 def _read_identity(provider: StorageProvider) -> str | None:
-    from triggerfish_cli.storage.identity import read_id
-
     return read_id(provider)
 
 
 def _audit(provider: StorageProvider, done: Created, notes: list[str]) -> str | None:
     """The backup's audit record in the store (best effort: the backup is made)."""
-    from triggerfish_cli import audit
-
     manifest = done.manifest
     try:
         return audit.record(
@@ -387,16 +252,6 @@ def _audit(provider: StorageProvider, done: Created, notes: list[str]) -> str | 
         return None
 
 
-def _store_bytes(path: Path) -> int | None:
-    """About what a snapshot of the file reads: the database and its WAL."""
-    try:
-        size = path.stat().st_size
-    except OSError:
-        return None
-    wal = Path(f"{path}-wal")
-    return size + (wal.stat().st_size if wal.exists() else 0)
-
-
 def _set_counts(manifest: Manifest, counts: Counts) -> None:
     manifest.keys, manifest.namespaces, manifest.memories = (
         counts.keys,
@@ -405,108 +260,26 @@ def _set_counts(manifest: Manifest, counts: Counts) -> None:
     )
 
 
-def _finish_payload(sink: HashingWriter, manifest: Manifest) -> None:
-    manifest.payload_bytes = sink.count
-    manifest.payload_sha256 = sink.sha.hexdigest()
-
-
-class _Payload:
-    """Where the compressed payload goes: straight into the archive, or through age."""
-
-    def __init__(self, recipients: list[Recipient]) -> None:
-        self.recipients = recipients
-        #: Encrypted: hashes and counts the encrypted bytes (the outer manifest's).
-        self.outer: HashingWriter | None = None
-
-    @contextlib.contextmanager
-    def into(self, out: Any) -> Iterator[HashingWriter]:
-        """A sink for the payload (hashing the plaintext); encrypted once the block ends."""
-        if not self.recipients:
-            self.outer = None
-            yield HashingWriter(out)
-            return
-        from triggerfish_cli.backup.crypt import Encryptor
-
-        self.outer = HashingWriter(out)
-        encryptor = Encryptor(self.outer, self.recipients)
-        try:
-            yield HashingWriter(encryptor)
-        except BaseException:
-            encryptor.abort()
-            raise
-        encryptor.close()
-
-    def trailer(self, manifest: Manifest) -> bytes:
-        if self.outer is None:
-            return trailer_bytes(manifest)
-        from triggerfish_cli.backup.crypt import seal
-
-        sealed = seal(manifest_json(manifest), self.recipients)
-        fingerprints = [recipient.fingerprint for recipient in self.recipients]
-        outer = sealed_outer(manifest, self.outer, sealed, fingerprints)
-        manifest.recipients, manifest.outer = fingerprints, outer
-        return sealed + trailer_bytes(outer)
-
-
-def _trailer(handle: Any, manifest: Manifest, payload: _Payload) -> None:
+def _trailer(handle: Any, manifest: Manifest, payload: Payload) -> None:
     """The manifest trailer, last: an archive without it is no backup (the kill -9
     tests pause here, with the archive half written)."""
     handle.write(payload.trailer(manifest))
 
 
 def _physical(
-    provider: SqliteStorage,
+    source: SnapshotSource,
     scratch: Path,
     manifest: Manifest,
     consume: Callable[[Iterator[bytes | memoryview]], HashingWriter],
 ) -> HashingWriter:
     """Stream a snapshot of the store through ``consume``; count its keys meanwhile.
 
-    The counts are read from the same snapshot (backup_snapshot), so they
-    match the archive exactly. ``scratch``: where a fallback copy may go.
+    The counts are read from the same snapshot (the backend's snapshot source), so
+    they match the archive exactly. ``scratch``: where a fallback copy may go.
     """
-    # the counts read the key index through the page cache: through the map,
-    # every page near an index page would stay in our resident set
-    with provider.unmapped():
-        sink, snapshot = stream_snapshot(
-            provider, scratch, consume, inspect=count_rows, chunk=ZstdFrames.FRAME
-        )
+    sink, snapshot = source.stream(scratch, consume, chunk=ZstdFrames.FRAME)
     manifest.page_size, manifest.page_count = snapshot.page_size, snapshot.page_count
-    _set_counts(manifest, snapshot.inspected)
+    _set_counts(manifest, snapshot.counts)
     return sink
 
 
-def _json_lines(
-    rows: Iterable[tuple[str, str]],
-    counter: KeyCounter,
-    on_progress: Callable[[int], None] | None,
-    notes: list[str] | None = None,
-) -> Iterator[bytes]:
-    """The logical payload: ``{"key", "value"}`` lines, ASCII; a cell that is not UTF-8
-    text in its JSON form (cells.py, ``{"$bytes": <base64>, "type": ...}``), named in ``notes``."""
-    import json
-
-    from triggerfish_cli import cells
-
-    encode = json.JSONEncoder(ensure_ascii=True, separators=(",", ":")).encode
-    buffer: list[str] = []
-    size = 0
-    for key, value in rows:
-        counter.add(key)
-        if cells.is_plain(key) and cells.is_plain(value):
-            line = encode({"key": key, "value": value})
-        else:
-            if notes is not None:
-                notes.append(cells.note(key, value, "backed up"))
-            line = encode({"key": cells.to_json(key), "value": cells.to_json(value)})
-        buffer.append(line)
-        size += len(line)
-        if size >= 1 << 20:
-            yield ("\n".join(buffer) + "\n").encode("ascii")
-            if on_progress is not None:
-                on_progress(len(buffer))
-            buffer, size = [], 0
-    if buffer:
-        yield ("\n".join(buffer) + "\n").encode("ascii")
-        if on_progress is not None:
-            on_progress(len(buffer))

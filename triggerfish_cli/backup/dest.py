@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from triggerfish_cli.backup.archive import Manifest, is_archive_name, read_manifest
+from triggerfish_cli.backup.archive import is_archive_name, read_manifest
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, UsageError, write_error
 from triggerfish_cli.fileio import atomic_writer, fsync_dir
 

@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import namespaces
-from triggerfish_cli.backup.archive import Manifest, decompress_chunks
+from triggerfish_cli.backup.decompress import decompress_chunks
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.classification import Level
 from triggerfish_cli.memory.keys import PREFIX, may_name
 from triggerfish_cli.storage.backends import physical

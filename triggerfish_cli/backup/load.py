@@ -15,8 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup.archive import Manifest, decompress_chunks
 from triggerfish_cli.backup.crypt import Identities, Recipient
+from triggerfish_cli.backup.decompress import decompress_chunks
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.verify import Verified, iter_lines, verify_file
 from triggerfish_cli.errors import BusyError, RefusedError, TriggerfishError, VerificationError
 from triggerfish_cli.storage.provider import StorageProvider, batched

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup.archive import Manifest
 from triggerfish_cli.backup.crypt import Identities
 from triggerfish_cli.backup.load import needs_identity
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.verify import verify_file
 from triggerfish_cli.errors import (
     BusyError,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup.archive import Manifest, open_sealed
+from triggerfish_cli.backup.archive import open_sealed
 from triggerfish_cli.backup.crypt import Identities, Recipient
 from triggerfish_cli.backup.dest import Destination, temp_dir
 from triggerfish_cli.backup.load import (
@@ -29,6 +29,7 @@ from triggerfish_cli.backup.load import (
     plan_include,
     safety_backup,
 )
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.physical import (
     PRE_RESTORE,
     check_not_open,

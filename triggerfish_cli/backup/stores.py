@@ -23,10 +23,9 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup.archive import Manifest
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -66,16 +65,16 @@ class StoreRef:
 
 def location(provider: StorageProvider) -> str:
     """Where a store is, as manifests record it (a SQLite path is made absolute and real)."""
-    path = getattr(provider, "path", None)
-    if provider.backend == "sqlite" and isinstance(path, Path):
-        return f"sqlite:{os.path.realpath(path)}"
+    path = provider.database_file()
+    if path is not None:  # a store in one file (SQLite): ``sqlite:<real path>``
+        return f"{provider.backend}:{os.path.realpath(path)}"
     return provider.describe()
 
 
 def config_location(config: StorageConfig) -> str:
     """:func:`location` of a store that is not open (missing or unreachable)."""
-    if config.backend == "sqlite" and config.path is not None:
-        return f"sqlite:{os.path.realpath(config.path.expanduser())}"
+    if config.path is not None:  # a store in one file (only SQLite's config has a path)
+        return f"{config.backend}:{os.path.realpath(config.path.expanduser())}"
     from triggerfish_cli.locations import describe_config
 
     return describe_config(config)

@@ -21,18 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import cells
-from triggerfish_cli.backup.archive import (
-    LimitedHashingReader,
-    Manifest,
-    decompress_chunks,
-    decompress_into,
-    open_sealed,
-    read_manifest,
-)
-from triggerfish_cli.backup.create import Counts, KeyCounter, count_rows
+from triggerfish_cli.backup.archive import open_sealed, read_manifest
+from triggerfish_cli.backup.counts import Counts, KeyCounter
 from triggerfish_cli.backup.crypt import Decryptor, Identities
+from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
 from triggerfish_cli.backup.dest import Destination
+from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.partial import above
+from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
 from triggerfish_cli.progress import Reporter
@@ -380,10 +376,11 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
 def _check_physical(snapshot: Path, manifest: Manifest, result: Verified) -> Counts | None:
     """The backend's own checks of a physical copy (SQLite: its integrity check in
     pieces on every core, and the other checks beside it)."""
-    check_copy = physical(manifest.backend).check_copy
-    assert check_copy is not None
+    backend = physical(manifest.backend)
+    check_copy, count_copy = backend.check_copy, backend.count_copy
+    assert check_copy is not None and count_copy is not None
     counts: Counts | None = check_copy(
-        snapshot, manifest.page_count, count_rows, cpu_workers(), result.checks, result.failures
+        snapshot, manifest.page_count, count_copy, cpu_workers(), result.checks, result.failures
     )
     return counts
 

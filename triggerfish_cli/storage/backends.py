@@ -23,6 +23,7 @@ from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
 from triggerfish_cli.storage.sqlite.write_gate import MODES, choose_mode
 
 if TYPE_CHECKING:
+    from triggerfish_cli.backup.counts import Counts, SnapshotSource
     from triggerfish_cli.backup.dest import Destination
     from triggerfish_cli.memory.index import MemoryIndex
 
@@ -45,6 +46,11 @@ class Backend:
     check_copy: Callable[..., Any] | None = None
     #: Every ``(key, value)`` of such a copy, in key order, while the block runs.
     copy_rows: Callable[[Path], AbstractContextManager[Iterator[tuple[Any, Any]]]] | None = None
+    #: The counts of such a copy, on the connection ``check_copy`` passes (its ``count``).
+    count_copy: Callable[[Any], Counts] | None = None
+    #: The physical snapshots of a live store of this backend (backup create), where
+    #: it makes them.
+    snapshot_source: Callable[[StorageProvider], SnapshotSource] | None = None
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -89,10 +95,41 @@ def _sqlite_copy_rows(path: Path) -> AbstractContextManager[Iterator[tuple[Any, 
     return copy_rows(path)
 
 
+def _count_sqlite_copy(conn: Any) -> Counts:
+    """counts.count_rows, imported for a verify only, as the integrity check."""
+    # lazy: it imports backup.counts and memory.keys, which kv get does not need
+    from triggerfish_cli.storage.sqlite.counts import count_rows
+
+    return count_rows(conn)
+
+
+def _sqlite_snapshots(provider: StorageProvider) -> SnapshotSource:
+    """backup_source.SqliteSnapshots, imported for a backup only, as the rest of the
+    snapshot module."""
+    # lazy: the snapshot module is for backups alone (as _sqlite_copy_rows)
+    from triggerfish_cli.storage.sqlite.backup_source import SqliteSnapshots
+
+    return SqliteSnapshots(provider)
+
+
+def snapshot_source(provider: StorageProvider) -> SnapshotSource | None:
+    """The physical snapshots of the live store ``provider`` (backup create); None where
+    its backend makes none."""
+    backend = BACKENDS.get(provider.backend)
+    if backend is None or backend.snapshot_source is None:
+        return None
+    return backend.snapshot_source(provider)
+
+
 def physical(name: str) -> Backend:
     """The backend of a physical backup's manifest: one that makes physical copies."""
     backend = BACKENDS.get(name)
-    if backend is None or backend.check_copy is None or backend.copy_rows is None:
+    if (
+        backend is None
+        or backend.check_copy is None
+        or backend.copy_rows is None
+        or backend.count_copy is None
+    ):
         raise InvalidDataError(f"a physical backup of a {name!r} store: there are none")
     return backend
 
@@ -189,6 +226,8 @@ BACKENDS: dict[str, Backend] = {
             _fts5_index,
             check_copy=_check_sqlite_copy,
             copy_rows=_sqlite_copy_rows,
+            count_copy=_count_sqlite_copy,
+            snapshot_source=_sqlite_snapshots,
         ),
         Backend("memory", _memory_options, _open_memory, scan_index),
         Backend("postgres", postgres_section, _open_postgres, _tsvector_index),

@@ -21,8 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from triggerfish_cli.backup.archive import is_archive_name, read_chunks, read_manifest_tail
+from triggerfish_cli.backup.archive import is_archive_name, read_manifest_tail
 from triggerfish_cli.backup.dest import MARKER_SUFFIX, Entry, parse_marker, temp_dir
+from triggerfish_cli.backup.streams import read_chunks
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, VerificationError
 
 MULTIPART = 64 << 20

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
 
-from triggerfish_cli.backup.archive import CHUNK, read_chunks
+from triggerfish_cli.backup.streams import CHUNK, read_chunks
 from triggerfish_cli.storage.kept_files import kept
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.sql import MMAP_SIZE, translate_error
