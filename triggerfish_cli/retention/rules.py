@@ -20,6 +20,7 @@ from typing import Any
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.namespaces import Namespace
+from triggerfish_cli.retention.feed import feed
 from triggerfish_cli.retention.plan import (
     Action,
     Guard,
@@ -142,57 +143,8 @@ class Planner:
     # -- reading records ----------------------------------------------------------
 
     def feed(self, records: Iterable[tuple[str, str]]) -> None:
-        """Take in records (the hot loop of a million-key scan: keep it lean).
-
-        Messages (``conv:``, three quarters of a real store) are read here,
-        inline, with what they need in locals (their handler in the dispatch
-        table is never called)."""
-        dispatch = self.dispatch.get
-        counts: Counter[str] = Counter()
-        conv_ns, _, conv_acts = self.dispatch["conv:"]
-        read_conv = self.readers["conv:"]
-        conv_last, conv_newest, conv_left = self.conv_last, self.conv_newest, self.conv_left
-        last_of, newest_of = conv_last.get, conv_newest.get
-        cutoff = self.cutoffs["conv:"] if conv_acts else None
-        conv_actions = self.plans["conv:"].actions if conv_acts else []
-        older = self.older_than["conv:"]
-        messages = 0
-        for key, value in records:
-            if key.startswith("conv:"):  # conv:<session>:<seq>
-                messages += 1
-                cut = key.rfind(":")
-                sid = key[5:cut] if cut > 4 else ""
-                last = last_of(sid)
-                if last is None or key > last:
-                    conv_last[sid] = key
-                moment = read_conv(key, value)
-                if moment is None:
-                    self._conv_unknown(conv_ns, sid, key, value, conv_acts)
-                    continue
-                newest = newest_of(sid)
-                if newest is None or moment > newest:
-                    conv_newest[sid] = moment
-                if cutoff is not None and moment < cutoff:
-                    conv_actions.append(Action(key, "conv:", value, time=moment, reason=older))
-                else:
-                    conv_left.add(sid)
-                continue
-            colon = key.find(":")
-            entry = dispatch(key[: colon + 1]) if colon >= 0 else None
-            if entry is None:
-                found = namespaces.for_key(key)
-                if found is None:
-                    self.unknown_ns[namespaces.group_of(key)] += 1
-                    continue
-                entry = self.dispatch[found.prefix]
-            ns, handler, acts = entry
-            counts[ns.prefix] += 1
-            handler(self, ns, key, value, acts)
-        if messages:
-            counts["conv:"] += messages
-        for prefix, count in counts.items():
-            if prefix in self.plans:
-                self.plans[prefix].records += count
+        """Take in records (the hot loop: :func:`~triggerfish_cli.retention.feed.feed`)."""
+        feed(self, records)
 
     def _plain(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         if not acts:
@@ -224,7 +176,9 @@ class Planner:
             elif self._older(ns.prefix, moment):  # else: young, whatever its history says
                 self.session_candidates.append((key, value, moment))
 
-    def _conv_unknown(self, ns: Namespace, sid: str, key: str, value: str, acts: bool) -> None:
+    def message_without_time(
+        self, ns: Namespace, sid: str, key: str, value: str, acts: bool
+    ) -> None:
         """A message with no readable time: its session stays, whatever its age."""
         self.conv_unknown.add(sid)
         self.conv_left.add(sid)
