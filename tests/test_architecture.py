@@ -553,6 +553,88 @@ def test_the_size_check_finds_a_long_module_and_a_stale_entry(tmp_path: Path) ->
     assert stale == ["core.py"]
 
 
+# -- one output call owns the table-or-JSON choice ----------------------------------------
+
+#: The output formats (``cli/options.py`` Format).
+FORMAT_NAMES = {"table", "json", "jsonl", "csv"}
+
+#: Modules under cli/ outside cli/output/ that still choose by the format, each with why.
+#: Every other command hands its result to Output (``result``, ``result_rows``,
+#: ``outcome``, ``rows``, ...), which alone picks the table or the document.
+FORMAT_CHOICES = {
+    "cli/context.py": "AppState.output hands the global --format to the Output it builds",
+    "cli/help.py": "help: -f json picks the command tree as JSON, another document than help",
+    "cli/kv/transfer.py": "kv export: the format of the file written (or its suffix), not a view",
+    "cli/memory/records.py": "being split by another helper (issue 19): move it to Output then",
+}
+
+
+def format_choices(path: Path) -> list[int]:
+    """Lines that read a ``.fmt`` attribute or compare with a format name
+    (``"json"``, ``("table", "csv")``, ``Format.csv``)."""
+
+    def names_a_format(side: ast.expr) -> bool:
+        items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        return any(
+            (isinstance(item, ast.Constant) and item.value in FORMAT_NAMES)
+            or (
+                isinstance(item, ast.Attribute)
+                and item.attr in FORMAT_NAMES
+                and _name_of(item.value) == "Format"
+            )
+            for item in items
+        )
+
+    def chooses(node: ast.AST) -> bool:
+        if isinstance(node, ast.Attribute):
+            return node.attr == "fmt" and isinstance(node.ctx, ast.Load)
+        return isinstance(node, ast.Compare) and any(
+            names_a_format(side) for side in (node.left, *node.comparators)
+        )
+
+    return sorted({node.lineno for node in ast.walk(ast.parse(path.read_text())) if chooses(node)})
+
+
+def format_choosers(
+    package: Path, allowed: dict[str, str]
+) -> tuple[dict[str, list[int]], list[str]]:
+    """Modules under cli/ (outside cli/output/) that choose by the format and are not in
+    ``allowed``, with their lines; and entries of ``allowed`` that no longer do."""
+    found: dict[str, list[int]] = {}
+    for path in sorted((package / "cli").rglob("*.py")):
+        relative = path.relative_to(package).as_posix()
+        if not relative.startswith("cli/output/") and (lines := format_choices(path)):
+            found[relative] = lines
+    offenders = {name: lines for name, lines in found.items() if name not in allowed}
+    return offenders, [name for name in allowed if name not in found]
+
+
+def test_only_output_chooses_by_the_format() -> None:
+    assert format_choosers(PACKAGE, FORMAT_CHOICES) == ({}, [])
+
+
+def test_the_format_check_finds_a_command_that_chooses(tmp_path: Path) -> None:
+    (tmp_path / "cli" / "output").mkdir(parents=True)
+    (tmp_path / "cli" / "show.py").write_text(
+        "def show(out, fmt, st):\n"
+        "    if out.fmt != 'table':\n"
+        "        out.record({})\n"
+        "    elif fmt in ('csv', 'jsonl'):\n"
+        "        pass\n"
+        "    chosen = st.fmt\n"
+        "    return chosen == Format.json, fmt == 'yaml', out.title\n"
+    )
+    (tmp_path / "cli" / "output" / "results.py").write_text(
+        "def f(self):\n    return self.fmt == 'json'\n"
+    )
+    (tmp_path / "cli" / "app.py").write_text("def f(st, fmt):\n    st.fmt = fmt.value\n")
+    (tmp_path / "cli" / "gone.py").write_text("x = 1\n")
+    (tmp_path / "core.py").write_text("def f(kind):\n    return kind == 'json'\n")
+    offenders, stale = format_choosers(tmp_path, {"cli/gone.py": "split meanwhile"})
+    assert offenders == {"cli/show.py": [2, 4, 6, 7]}
+    assert stale == ["cli/gone.py"]
+
+
 TESTS = Path(__file__).parent
 
 

@@ -109,13 +109,10 @@ def migrate_cmd(
 
 
 def _report_plan(out: Any, prepared: Any) -> None:
-    document = prepared.as_dict()
-    plan = prepared.plan
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if out.quiet:
-        return
+    out.result(prepared.as_dict(), lambda: _plan_lines(out, prepared.plan))
+
+
+def _plan_lines(out: Any, plan: Any) -> None:
     state = {
         "missing": "does not exist yet: it would be created",
         "empty": "is empty",

@@ -127,18 +127,19 @@ def status_cmd(
     if given:
         raise UsageError(f"--{given[0].replace('_', '-')} only applies with --check")
     report = collect(st.storage_config(), st.provider)
-    if report.exists or out.fmt != "table":  # a monitor gets the report of a missing store too
+    if report.exists:
         show(out, report.as_dict())
-    if not report.exists:
+    else:  # a monitor gets the report of a missing store too (a table only the error)
+        out.result(report.as_dict(), lambda: None)
         raise report.missing or MissingStoreError(f"no Triggerfish store at {report.location}")
 
 
 def show(out: Output, document: dict[str, Any]) -> None:
-    if out.fmt != "table":
-        out.record(document)
-        return
-    rows = _rows(document)
-    out.record(rows, [Column(name, name) for name in rows])
+    def table() -> None:
+        rows = _rows(document)
+        out.record(rows, [Column(name, name) for name in rows])
+
+    out.result(document, table, always=True)
 
 
 def _rows(document: dict[str, Any]) -> dict[str, str]:
@@ -237,8 +238,7 @@ def run_check(st: AppState, fmt: str | None, flags: dict[str, str | None]) -> in
 
         message = str(exc) if isinstance(exc, TriggerfishError) else f"{type(exc).__name__}: {exc}"
         report = failed(" ".join(message.split()))
-    if out.fmt == "table":
-        out.stdout.write("\n".join(report.lines()) + "\n")
-    else:
-        out.record(report.as_dict())
+    out.result(
+        report.as_dict(), lambda: out.stdout.write("\n".join(report.lines()) + "\n"), always=True
+    )
     return report.exit_code

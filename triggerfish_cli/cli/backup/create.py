@@ -183,10 +183,8 @@ def create_cmd(
         document["verified"] = result.as_dict()
         metrics.backed_up(run, document)
         check([result])
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if not out.quiet:
+
+    def show() -> None:
         manifest = created.manifest
         ratio = manifest.content_bytes / max(manifest.payload_bytes, 1)
         sealed = (
@@ -207,3 +205,5 @@ def create_cmd(
                 f"partial: nothing above {created.partial['max_taint']} "
                 f"({created.partial['left_out']} row(s) left out)"
             )
+
+    out.result(document, show)

@@ -115,11 +115,10 @@ def run_diff(
 
 def show_diff(out: Output, found: Diff) -> None:
     document = found.as_dict()
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if out.quiet:
-        return
+    out.result(document, lambda: _diff_lines(out, found, document))
+
+
+def _diff_lines(out: Output, found: Diff, document: dict[str, Any]) -> None:
     out.line(f"from {found.a.describe()}")
     out.line(f"to   {found.b.describe()}")
     if found.taint is not None:

@@ -43,8 +43,9 @@ def keygen_cmd(
 
     _, out = begin(ctx, fmt, quiet)
     public = keygen(output.expanduser(), created=now_iso())
-    if out.fmt != "table":
-        out.record({"identity_file": str(output), "public_key": public})
-        return
-    out.line(public)
-    out.info(f"identity written to {output} (0600): keep it off the backup host")
+
+    def show() -> None:
+        out.line(public)
+        out.info(f"identity written to {output} (0600): keep it off the backup host")
+
+    out.result({"identity_file": str(output), "public_key": public}, show, always=True)

@@ -14,10 +14,8 @@ if TYPE_CHECKING:
     from triggerfish_cli.backup.verify import Verified
 
 
-def _with_store(row: dict[str, Any], entry: Entry, out: Output) -> dict[str, Any]:
+def _with_store(row: dict[str, Any], entry: Entry) -> dict[str, Any]:
     """The table shows each backup's store by a short name (JSON has the whole source)."""
-    if out.fmt != "table":
-        return row
     from triggerfish_cli.backup.stores import label
 
     shown = {**row, "store": label(entry.manifest)}
@@ -27,21 +25,27 @@ def _with_store(row: dict[str, Any], entry: Entry, out: Output) -> dict[str, Any
 
 
 def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
-    out.rows(
-        (_with_store(entry.as_dict(), entry, out) for entry in entries),
-        [
-            Column("created", "created"),
-            Column("store", "store"),
-            Column("name", "name"),
-            Column("kind", "kind"),
-            Column("size", "size", "right", render=human_bytes),
-            Column("keys", "keys", "right"),
-            text_column("label", "label"),
-            Column("verified", "verified"),
-            Column("max_taint", "partial", render=_partial),
-            text_column("error", "error"),
-        ],
-        empty=f"no backups in {where}",
+    columns = [
+        Column("created", "created"),
+        Column("store", "store"),
+        Column("name", "name"),
+        Column("kind", "kind"),
+        Column("size", "size", "right", render=human_bytes),
+        Column("keys", "keys", "right"),
+        text_column("label", "label"),
+        Column("verified", "verified"),
+        Column("max_taint", "partial", render=_partial),
+        text_column("error", "error"),
+    ]
+    out.result_rows(
+        (entry.as_dict() for entry in entries),
+        columns,
+        lambda: out.rows(
+            (_with_store(entry.as_dict(), entry) for entry in entries),
+            columns,
+            empty=f"no backups in {where}",
+        ),
+        always=True,
     )
 
 
@@ -50,11 +54,12 @@ def _partial(max_taint: Any) -> str:
 
 
 def show_verified(out: Output, results: Sequence[Verified]) -> None:
-    if out.fmt != "table":
-        out.rows((result.as_dict() for result in results), [])
-        return
-    if out.quiet:
-        return
+    out.result_rows(
+        (result.as_dict() for result in results), [], lambda: _verified_lines(out, results)
+    )
+
+
+def _verified_lines(out: Output, results: Sequence[Verified]) -> None:
     from triggerfish_cli.backup.stores import groups, label
 
     stores = groups(result.manifest for result in results if result.manifest is not None)
@@ -85,29 +90,28 @@ def show_verified(out: Output, results: Sequence[Verified]) -> None:
 def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
     document = plan.as_dict()
     document["dry_run"] = dry_run
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if out.quiet and not dry_run:  # -q: nothing on success (cron)
-        return
-    out.rows(
-        [
-            _with_store(row, decision.entry, out)
-            for row, decision in zip(document["backups"], plan.decisions, strict=True)
-        ],
-        [
-            Column("created", "created"),
-            Column("store", "store"),
-            Column("name", "name"),
-            Column("verified", "verified"),
-            Column("action", "action"),
-            text_column("reasons", "kept by"),
-        ],
-        empty="no backups",
-    )
-    if not out.quiet:
-        verb = "would delete" if dry_run else "deleted"
-        out.line(f"{verb} {document['delete']} backup(s), kept {document['keep']}")
+
+    def show() -> None:
+        out.rows(
+            [
+                _with_store(row, decision.entry)
+                for row, decision in zip(document["backups"], plan.decisions, strict=True)
+            ],
+            [
+                Column("created", "created"),
+                Column("store", "store"),
+                Column("name", "name"),
+                Column("verified", "verified"),
+                Column("action", "action"),
+                text_column("reasons", "kept by"),
+            ],
+            empty="no backups",
+        )
+        if not out.quiet:
+            verb = "would delete" if dry_run else "deleted"
+            out.line(f"{verb} {document['delete']} backup(s), kept {document['keep']}")
+
+    out.result(document, show, always=dry_run)  # -q: nothing on success (cron)
 
 
 def show_restore(out: Output, document: dict[str, Any]) -> None:

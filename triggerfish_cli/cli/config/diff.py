@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -78,15 +78,26 @@ def _show_diff(
     from triggerfish_cli.config import diff as config_diff
 
     (name_a, label_a), (name_b, label_b) = a, b
-    if out.fmt == "table":
+
+    def show() -> None:
         text = config_diff.unified(text_a, text_b, label_a, label_b)
         if text:
             out.diff(text)
         else:
             out.info(f"no differences between {label_a} and {label_b}")
-        return
-    rows = config_diff.changes(text_a, text_b, label_a, label_b)
-    if out.fmt == "json":
-        out.record({"from": name_a, "to": name_b, "identical": text_a == text_b, "changes": rows})
-        return
-    out.rows(rows, [Column(f, f) for f in ("path", "change", "old", "new")])
+
+    def changes() -> list[dict[str, Any]]:  # only for a document: it needs YAML that parses
+        return config_diff.changes(text_a, text_b, label_a, label_b)
+
+    out.result_rows(
+        changes,
+        [Column(f, f) for f in ("path", "change", "old", "new")],
+        show,
+        document=lambda: {
+            "from": name_a,
+            "to": name_b,
+            "identical": text_a == text_b,
+            "changes": changes(),
+        },
+        always=True,
+    )

@@ -57,28 +57,26 @@ def import_cmd(
         evicted = config_import.predicted_evictions(provider, plan)
     else:
         evicted = config_import.apply_import(provider, plan, st.config_path)
-    result = plan.as_dict(dry_run, evicted)
-    if out.fmt != "table":
-        out.record(result)
-        return
     verb = "would import" if dry_run else "imported"
-    rows = [
-        {
-            "file": c.file,
-            "created_at": c.created_at,
-            "result": f"skipped: {c.skipped}" if c.skipped else f"{verb} as v{c.version}",
-        }
-        for c in plan.candidates
-    ]
-    if not out.quiet:
+
+    def show() -> None:
+        rows = [
+            {
+                "file": c.file,
+                "created_at": c.created_at,
+                "result": f"skipped: {c.skipped}" if c.skipped else f"{verb} as v{c.version}",
+            }
+            for c in plan.candidates
+        ]
         out.rows(
             rows,
             [Column("file", "file"), Column("created_at", "time"), text_column("result", "result")],
             empty=f"no gateway backups in {where}",
         )
-    count = len(plan.to_import)
-    if not out.quiet:
+        count = len(plan.to_import)
         out.line(
             f"{verb} {count} {'copy' if count == 1 else 'copies'} from {where}"
             + (f"; removed {', '.join(f'v{n}' for n in evicted)}" if evicted else "")
         )
+
+    out.result(plan.as_dict(dry_run, evicted), show)

@@ -128,13 +128,16 @@ def rollback_cmd(
     if plan.secrets_missing:
         out.info(f"v{number} needs values for {', '.join(plan.secrets_missing)}")
     if dry_run:
-        if out.fmt == "table":
-            out.diff(plan.diff)
         first = "snapshot the current file, then " if plan.needs_snapshot else ""
-        out.outcome(plan.as_dict(dry_run=True), f"would {first}roll {path} back to v{number}")
+
+        def show() -> None:  # the diff is the dry run's result: shown with -q too
+            out.diff(plan.diff)
+            if not out.quiet:
+                out.line(f"would {first}roll {path} back to v{number}")
+
+        out.result(plan.as_dict(dry_run=True), show, always=True)
         return
-    if not out.quiet and out.fmt == "table":
-        out.diff(plan.diff, err=True)
+    out.for_people(lambda: out.diff(plan.diff, err=True))
     out.confirm(f"Roll {path} back to v{number}?", yes=yes, what="the rollback")
     result = apply_rollback(provider, plan, reason=reason)
     if result["snapshot"] is not None:

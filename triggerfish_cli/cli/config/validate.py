@@ -31,14 +31,15 @@ def validate_cmd(
     config = config_files.read_config(path)
     assert config is not None
     report = config_diff.validate_text(config.text, str(path), path)
-    if out.fmt == "table":
+
+    def show() -> None:
         for problem in report.problems:
             where = f"{path}" + (f":{problem.line}" if problem.line else "")
             where += f":{problem.column}" if problem.line and problem.column else ""
             out.line(f"{where}: {problem.severity}: {problem.message}")
         if report.valid:
             out.info(f"{path}: valid ({len(report.warnings)} warning(s))")
-    else:
-        out.record(report.as_dict())
+
+    out.result(report.as_dict(), show, always=True)
     if not report.valid:
         raise InvalidDataError(f"{path}: invalid ({len(report.errors)} error(s))")

@@ -87,11 +87,15 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
         ],
         empty="no config versions stored yet (run `config snapshot`)",
     )
-    if out.fmt == "table" and listing.versions:
+
+    def notes() -> None:
         if config is None:
             out.info(f"{st.config_path} does not exist")
         elif current is None:
             out.info(f"{st.config_path} matches no stored version (see `config diff`)")
+
+    if listing.versions:
+        out.for_people(notes)
 
 
 @app.command("show")
@@ -99,9 +103,10 @@ def show_cmd(ctx: typer.Context, version: VersionArg = None, fmt: FormatOpt = No
     """The YAML of a version (default: the newest), exactly as stored."""
     st, out = begin(ctx, fmt)
     found = version_or_newest(versions_store(st, out), version)
-    if out.fmt != "table":
-        out.record(found.as_dict())
-        return
-    if found.redacted:
-        out.info(f"v{found.number} holds redacted values at {', '.join(found.redacted_paths)}")
-    out.write(found.yaml)
+
+    def show() -> None:
+        if found.redacted:
+            out.info(f"v{found.number} holds redacted values at {', '.join(found.redacted_paths)}")
+        out.write(found.yaml)
+
+    out.result(found.as_dict(), show, always=True)

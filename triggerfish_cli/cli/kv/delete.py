@@ -68,12 +68,13 @@ def delete_cmd(
         out.outcome(summary, f"no keys under {prefix!r}")
         return
     if dry_run:  # the report is the result: stdout
-        if out.fmt == "table" and not out.quiet:
+
+        def show() -> None:
             out.line(f"would delete {plan.count} key(s) under {prefix!r}, e.g.:")
             for sample in plan.sample():
                 out.line(f"  {sample}", wrap=False)
-        else:
-            out.outcome(summary, "")
+
+        out.result(summary, show)
         return
     if not out.quiet:  # what the question is about: beside it, on stderr
         out.info(f"{plan.count} key(s) under {prefix!r}, e.g.:")

@@ -94,7 +94,7 @@ def list_cmd(
     from itertools import islice
 
     from triggerfish_cli import namespaces
-    from triggerfish_cli.cli.output.text import Column, json_text
+    from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.kv import keys, transfer
     from triggerfish_cli.storage.provider import value_size
 
@@ -112,15 +112,7 @@ def list_cmd(
     stop = limit or None
     reads = raw_reads(taint)
     if keys_only:
-        names = islice(keys.raw_keys(provider.scan_keys(prefix), reads), stop)
-        if out.fmt in ("table", "csv"):
-            for key in names:
-                out.line(key, wrap=False)
-        elif out.fmt == "jsonl":
-            for key in names:
-                out.line(json_text(key))
-        else:
-            out.line(json_text(list(names)))
+        out.strings(islice(keys.raw_keys(provider.scan_keys(prefix), reads), stop))
     else:
         rows = (
             {"key": key, "namespace": namespaces.group_of(key), "bytes": value_size(value)}

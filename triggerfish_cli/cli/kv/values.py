@@ -36,12 +36,15 @@ def get_cmd(
     value = keys.get_value(st.provider(), key, taint=level)
     if raw:
         out.write(value)
-    elif out.fmt != "table":
-        out.record({"key": key, "value": value})
-    elif not out.stdout_is_tty:
-        out.write(value)
-    else:
-        out.line(_pretty(value), wrap=False)
+        return
+
+    def show() -> None:
+        if out.stdout_is_tty:
+            out.line(_pretty(value), wrap=False)
+        else:
+            out.write(value)
+
+    out.result({"key": key, "value": value}, show, always=True)
 
 
 def _pretty(value: str) -> str:

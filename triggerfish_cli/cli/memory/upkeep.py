@@ -44,19 +44,18 @@ def stats_cmd(
     columns = [Column("agent", "agent"), Column("level", "level")] + [
         Column(name, name, "right") for name in ("live", "deleted", "shadowed")
     ]
-    if out.fmt == "csv":  # one row per agent and level (the JSON document has them all)
-        out.rows(result.rows(), columns)
-        return
-    if out.fmt != "table":
-        out.record(document)
-        return
-    footer = {name: document[name] for name in ("live", "deleted", "shadowed")}
-    out.rows(
-        result.rows(), columns, footer={"agent": "total", **footer}, empty="no memories visible"
-    )
-    out.line(f"malformed records: {document['malformed']}")
-    out.line(_drift_line(document["index"]))
-    warn_malformed(out, result.malformed)
+
+    def show() -> None:
+        footer = {name: document[name] for name in ("live", "deleted", "shadowed")}
+        out.rows(
+            result.rows(), columns, footer={"agent": "total", **footer}, empty="no memories visible"
+        )
+        out.line(f"malformed records: {document['malformed']}")
+        out.line(_drift_line(document["index"]))
+        warn_malformed(out, result.malformed)
+
+    # csv: one row per agent and level (the JSON document has them all)
+    out.result(document, show, always=True, rows=result.rows(), columns=columns)
 
 
 def _drift_line(index: dict[str, Any]) -> str:
@@ -101,15 +100,15 @@ def reindex_cmd(
     document = drift.as_dict()
     document["dry_run"] = dry_run
     metrics.reindexed(run, document)
-    if out.fmt != "table":
-        out.record(document)
-        return
-    if not out.quiet:  # --quiet here or the global -q
+
+    def show() -> None:
         out.line(_drift_line(document))
         verb = "would fix" if dry_run else "fixed"
         out.line(f"{verb} {drift.to_fix if dry_run else drift.fixed} record(s)")
         for category, keys in drift.samples.items():
             out.line(f"  {category}: {', '.join(keys)}")
+
+    out.result(document, show)  # not with --quiet here or the global -q
 
 
 @app.command("purge")
@@ -147,12 +146,13 @@ def purge_cmd(
         return
     summary = plan.as_dict(0, dry_run)
     if dry_run:  # the report is the result: stdout
-        if out.fmt == "table" and not out.quiet:
+
+        def show() -> None:
             out.line(f"would purge {plan.count} record(s) soft-deleted before {summary['cutoff']}")
             for key in summary["sample"]:
                 out.line(f"  {key}", wrap=False)
-        else:
-            out.outcome(summary, "")
+
+        out.result(summary, show)
         return
     if not out.quiet:  # what the question is about: beside it, on stderr
         out.info(f"{plan.count} memory record(s) soft-deleted before {summary['cutoff']}, e.g.:")

@@ -9,7 +9,9 @@ The parts: ``text.py`` (columns, escaped text, widths, JSON and CSV cells),
 ``table.py`` (the streaming table), and :class:`Output` built on
 ``base.py`` (the streams and the terminal), ``messages.py`` (stderr:
 messages, prompts, progress) and ``results.py`` (stdout: rows, records,
-outcomes, diffs).
+outcomes, diffs). Commands never look at the format: they hand a result to
+``result``/``result_rows`` (the document, and how to draw it for people) and
+Output picks one (tests/test_architecture.py checks it).
 
 Formats:
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 from triggerfish_cli import cells
 from triggerfish_cli.cli.output.messages import Messages
@@ -21,6 +21,14 @@ from triggerfish_cli.cli.output.text import (
     render_cell,
     safe,
 )
+
+T = TypeVar("T")
+#: A value, or a function that builds it only when it is written.
+Built: TypeAlias = T | Callable[[], T]
+
+
+def _built(value: Built[T]) -> T:
+    return value() if callable(value) else value
 
 
 class Results(Messages):
@@ -138,13 +146,66 @@ class Results(Messages):
         """What a command did: ``document`` for json/jsonl/csv, else one line (none if quiet)."""
         self.result(document, lambda: self.line(message))
 
-    def result(self, document: Mapping[str, Any], show: Callable[[], None]) -> None:
-        """A command's result: ``document`` for json/jsonl/csv; for a table, ``show()``
-        draws it for people (not with --quiet: nothing on success)."""
-        if self.fmt != "table":
-            self.record(document)
-        elif not self.quiet:
+    def result(
+        self,
+        document: Built[Mapping[str, Any]],
+        show: Callable[[], object],
+        *,
+        always: bool = False,
+        rows: Iterable[Mapping[str, Any]] | None = None,
+        columns: Sequence[Column] = (),
+    ) -> None:
+        """A command's result: ``document`` for json and jsonl (or a function that builds
+        it, when it costs or may fail and a table does not need it); for csv, ``rows``
+        under ``columns`` when given (a nested document makes no table), else the document
+        as one row; for a table, ``show()`` draws it for people, but not with --quiet
+        (nothing on success) unless ``always`` (the result is what was asked for)."""
+        if self.fmt == "table":
+            if always or not self.quiet:
+                show()
+        elif self.fmt == "csv" and rows is not None:
+            self.rows(rows, columns)
+        else:
+            self.record(_built(document))
+
+    def result_rows(
+        self,
+        rows: Built[Iterable[Mapping[str, Any]]],
+        columns: Sequence[Column],
+        show: Callable[[], object],
+        *,
+        document: Built[Mapping[str, Any]] | None = None,
+        always: bool = False,
+    ) -> None:
+        """Rows as a command's result: json, jsonl and csv write ``rows`` (or a function
+        that builds them), json ``document`` instead when one is given (the rows and what
+        they are about); for a table, ``show()`` draws them (--quiet and ``always`` as
+        in :meth:`result`)."""
+        if self.fmt == "table":
+            if always or not self.quiet:
+                show()
+        elif self.fmt == "json" and document is not None:
+            self.record(_built(document))
+        else:
+            self.rows(_built(rows), columns)
+
+    def for_people(self, show: Callable[[], object]) -> None:
+        """``show()`` only for a table, and not with --quiet: a note beside a result or a
+        preview before a question, which a script reading a document has no use for."""
+        if self.fmt == "table" and not self.quiet:
             show()
+
+    def strings(self, values: Iterable[str]) -> None:
+        """Bare strings (keys, names) as the result: one a line for a table or csv
+        (escaped, never wrapped), JSON text one a line for jsonl, one JSON list for json."""
+        if self.fmt == "json":
+            self.line(json_text(list(values)))
+            return
+        for value in values:
+            if self.fmt == "jsonl":
+                self.line(json_text(value))
+            else:
+                self.line(value, wrap=False)
 
     def diff(self, text: str, *, err: bool = False) -> None:
         """A unified diff, exact; coloured only when its stream is a TTY (and colour is on)."""

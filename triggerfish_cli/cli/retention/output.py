@@ -80,9 +80,6 @@ def brief(out: Output, plan: Plan) -> None:
 def report(out: Output, summary: dict[str, Any]) -> None:
     if out.quiet:
         return
-    if out.fmt in ("json", "jsonl"):
-        out.record(summary)
-        return
     columns = [
         Column("namespace", "namespace"),
         Column("policy", "policy"),
@@ -94,16 +91,17 @@ def report(out: Output, summary: dict[str, Any]) -> None:
         Column("unknown_age", "age unknown", "right"),
         Column("bytes", "freed", "right", human_bytes),
     ]
-    if out.fmt == "csv":
-        out.rows(summary["namespaces"], columns)
-        return
-    rows = [row for row in summary["namespaces"] if row["planned"] or row["unknown_age"]]
-    if rows:
-        out.rows(rows, columns)
-    out.line(
-        f"swept {summary['store']} as of {summary['as_of']}: deleted {summary['deleted']}, "
-        f"trimmed {summary['trimmed']} ({human_bytes(summary['bytes'])}) in "
-        f"{summary['seconds']:.1f} s; kept {summary['changed']} changed meanwhile, "
-        f"{summary['guarded']} by guard, {summary['unknown_age']} of unknown age; "
-        f"audit {summary['audit_key']}"
-    )
+
+    def show() -> None:
+        rows = [row for row in summary["namespaces"] if row["planned"] or row["unknown_age"]]
+        if rows:
+            out.rows(rows, columns)
+        out.line(
+            f"swept {summary['store']} as of {summary['as_of']}: deleted {summary['deleted']}, "
+            f"trimmed {summary['trimmed']} ({human_bytes(summary['bytes'])}) in "
+            f"{summary['seconds']:.1f} s; kept {summary['changed']} changed meanwhile, "
+            f"{summary['guarded']} by guard, {summary['unknown_age']} of unknown age; "
+            f"audit {summary['audit_key']}"
+        )
+
+    out.result(summary, show, rows=summary["namespaces"], columns=columns)
