@@ -86,3 +86,20 @@ def test_strings_in_every_format() -> None:
     assert run("csv", call)[0] == "a\nb\\x1b\n"
     assert run("jsonl", call)[0] == '"a"\n"b\\u001b"\n'
     assert run("json", call)[0] == '["a","b\\u001b"]\n'
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl"])
+def test_strings_as_json_are_never_folded_on_a_terminal(
+    fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key with spaces, longer than the terminal is wide, stays one JSON string."""
+    monkeypatch.setenv("COLUMNS", "20")
+    key = "conv:a session with spaces in its name:000001"
+    stdout = _Terminal()
+    Output(fmt, color=False, stdout=stdout, stderr=io.StringIO()).strings([key])
+    assert stdout.getvalue() == ('["' + key + '"]\n' if fmt == "json" else '"' + key + '"\n')

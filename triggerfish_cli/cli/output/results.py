@@ -198,12 +198,12 @@ class Results(Messages):
     def strings(self, values: Iterable[str]) -> None:
         """Bare strings (keys, names) as the result: one a line for a table or csv
         (escaped, never wrapped), JSON text one a line for jsonl, one JSON list for json."""
-        if self.fmt == "json":
-            self.line(json_text(list(values)))
+        if self.fmt == "json":  # documents as they are: never folded on a terminal
+            self.stdout.write(json_text(list(values)) + "\n")
             return
         for value in values:
             if self.fmt == "jsonl":
-                self.line(json_text(value))
+                self.stdout.write(json_text(value) + "\n")
             else:
                 self.line(value, wrap=False)
 
