@@ -334,10 +334,7 @@ STORAGE = PACKAGE / "storage"
 #: backup restore and create paths and migrate are being moved to provider
 #: capabilities (issue 19, another branch): remove them from here as they land.
 SEAM_EXCEPTIONS = {
-    "backup/physical.py": "the physical restore's work on the SQLite files (issue 19)",
-    "backup/load.py": "rows of a physical snapshot; the live writers a load meets (issue 19)",
     "backup/create.py": "create: the physical snapshot and its counts (issue 19)",
-    "status.py": "daemon_state: live_writers.process_table (open files of the daemon)",
 }
 
 
