@@ -330,14 +330,10 @@ def test_only_typer_compat_touches_typer_internals() -> None:
 # -- one backend seam: outside storage/, no backend module, class or SQL ------------------
 
 STORAGE = PACKAGE / "storage"
-#: Modules outside storage/ that still reach into a backend, each with why. The
-#: backup restore and create paths and migrate are being moved to provider
-#: capabilities (issue 19, another branch): remove them from here as they land.
-SEAM_EXCEPTIONS = {
-    "backup/physical.py": "the physical restore's work on the SQLite files (issue 19)",
-    "backup/load.py": "rows of a physical snapshot; the live writers a load meets (issue 19)",
-    "status.py": "daemon_state: live_writers.process_table (open files of the daemon)",
-}
+#: Modules outside storage/ that may reach into a backend, each with why: none
+#: any more (issue 19 moved the last ones behind the Backend table). A new entry
+#: needs a reason no capability can carry.
+SEAM_EXCEPTIONS: dict[str, str] = {}
 
 
 def backend_packages(package: Path = PACKAGE) -> set[str]:

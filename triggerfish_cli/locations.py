@@ -21,7 +21,7 @@ from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
 from triggerfish_cli.settings import StorageConfig, load_settings
-from triggerfish_cli.storage.backends import parse_storage_section
+from triggerfish_cli.storage.backends import in_local_files, parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import (
     DEFAULT_SCHEMA,
@@ -81,7 +81,7 @@ def _from_yaml(path: Path, role: str) -> StorageConfig:
     if backend == "memory":
         raise UsageError(f"{path}: a memory store lives for one command; nothing to migrate")
     store_path = options.pop("path", None)
-    if backend == "sqlite" and store_path is None:
+    if in_local_files(backend) and store_path is None:
         from triggerfish_cli.paths import default_db_path
 
         store_path = default_db_path()
@@ -121,8 +121,8 @@ def same_store(source: StorageProvider, target: StorageProvider) -> bool:
 def describe_config(config: StorageConfig) -> str:
     """Where a store that is not open (yet) is, in the form of ``describe()``."""
     options = config.options
-    if config.backend == "sqlite":
-        return f"sqlite:{config.path}"
+    if in_local_files(config.backend):
+        return f"{config.backend}:{config.path}"
     if config.backend == "s3":
         return f"s3://{options.get('bucket')}/{options.get('prefix', '')}"
     if config.backend == "postgres":

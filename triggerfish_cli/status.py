@@ -40,6 +40,7 @@ from typing import Any
 from triggerfish_cli.errors import MissingStoreError, TriggerfishError
 from triggerfish_cli.paths import BaseDir, resolve_base
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.backends import local_file, local_files
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: Audit hooks whose newest record status shows.
@@ -98,8 +99,9 @@ class StatusReport:
 
 def location_of(config: StorageConfig) -> str:
     """The path, DSN (no password: refused by the DSN check) or bucket/prefix."""
-    if config.backend == "sqlite" and config.path is not None:
-        return str(config.path)
+    path = local_file(config)
+    if path is not None:
+        return str(path)
     options = config.options
     if config.backend == "postgres":
         from triggerfish_cli.storage.remote_settings import DEFAULT_SCHEMA
@@ -142,8 +144,9 @@ def collect(
 
     report.store_id = _part(report, "store id", lambda: read_id(provider))
     report.keys = _part(report, "keys", provider.count)
-    if provider.backend == "sqlite":
-        _sqlite_parts(report, provider)
+    path = provider.database_file()
+    if path is not None:
+        _file_parts(report, provider, path)
     report.last_sweep = _part(report, "audit", lambda: last_records(provider)[0])
     report.last_backup = _part(report, "audit", lambda: last_records(provider)[1])
     backups = backups if backups is not None else base.path / "backups" / "store"
@@ -164,9 +167,9 @@ def _part(report: StatusReport, what: str, read: Callable[[], Any]) -> Any:
     return None
 
 
-def _sqlite_parts(report: StatusReport, provider: Any) -> None:
-    path: Path = provider.path
-
+def _file_parts(report: StatusReport, provider: StorageProvider, path: Path) -> None:
+    """The parts of a store kept in a local file (SQLite): its files, the gateway's token
+    beside it, the live writers the write gate would pause."""
     report.read_only = bool(getattr(provider, "read_only", False))
     report.sqlite = _part(report, "files", provider.file_status)
     loose = token_exposed(path.parent / TOKEN_FILE)
@@ -222,12 +225,7 @@ def daemon_state(path: Path) -> dict[str, Any]:
         )
         pid = data.get("pid")
         state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-    from triggerfish_cli.storage.sqlite.live_writers import process_table
-
-    table = process_table()
-    processes: set[int] = set()
-    if table is not None:
-        processes.update(table.openers(table.pids(), [os.path.realpath(path)]))
+    processes = set(local_files().openers(path) or ())
     if state["pid"] is not None and _alive(state["pid"]):
         processes.add(state["pid"])
     state["processes"] = sorted(processes)

@@ -8,8 +8,6 @@ and Postgres) or ``merge``.
 
 from __future__ import annotations
 
-import contextlib
-import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +18,7 @@ from triggerfish_cli.backup.decompress import decompress_chunks
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.verify import Verified, iter_lines, verify_file
 from triggerfish_cli.errors import BusyError, RefusedError, TriggerfishError, VerificationError
+from triggerfish_cli.storage.backends import local_files
 from triggerfish_cli.storage.provider import StorageProvider, batched
 
 
@@ -78,12 +77,11 @@ def load_mode(
     if replace:
         writers = [] if force else provider.live_writers()
         if writers:
-            from triggerfish_cli.storage.sqlite.live_writers import describe_writers
-
+            who = local_files().describe_writers(writers)
             raise BusyError(
                 f"{provider.describe()}: --replace while live writers have the store open "
-                f"({describe_writers(writers)}): what they write during the restore would be "
-                "lost; nothing was restored",
+                f"({who}): what they write during the restore would be lost; nothing was "
+                "restored",
                 hint="stop the gateway first, use --merge, or pass --force to replace anyway",
             )
         return "replace"
@@ -248,14 +246,7 @@ def _archive_rows(
     from triggerfish_cli.backup.verify import payload_stream
 
     if manifest.kind == "physical":
-        from triggerfish_cli.cells import decode_text
-        from triggerfish_cli.storage.sqlite.sql import odd_rows
-
-        with contextlib.closing(sqlite3.connect(snapshot)) as conn:
-            conn.text_factory = decode_text  # TEXT that is not UTF-8 too (cells.py)
-            cursor = conn.execute("SELECT key, value FROM kv ORDER BY key")
-            while rows := cursor.fetchmany(5000):
-                yield from odd_rows(rows)
+        yield from local_files().snapshot_rows(snapshot)
         return
     with (
         archive.open("rb") as handle,

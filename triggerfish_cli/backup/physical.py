@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -36,7 +35,7 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.fileio import fsync_dir
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
-from triggerfish_cli.storage.sqlite.live_writers import describe_writers, live_writers
+from triggerfish_cli.storage.backends import local_files
 
 PRE_RESTORE = ".pre-restore-"
 
@@ -51,10 +50,11 @@ def stamp() -> str:
 def check_not_open(db: Path, force: bool) -> None:
     if force or not db.exists():
         return
-    users = live_writers(db)  # as the write gate sees them: open files, then the -shm lock
+    files = local_files()
+    users = files.writers(db)  # as the write gate sees them: open files, then the -shm lock
     if users:
         raise BusyError(
-            f"{db}: open by another process: {describe_writers(users)}",
+            f"{db}: open by another process: {files.describe_writers(users)}",
             hint="stop the gateway first, or pass --force to restore anyway",
         )
 
@@ -130,7 +130,7 @@ def restore_physical(
             raise VerificationError(
                 f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
             )
-        set_identity(scratch, store_id)
+        local_files().set_identity(scratch, store_id)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(str(scratch) + suffix).unlink(missing_ok=True)
         kept = _swap_in(scratch, target, force=force)
@@ -144,48 +144,14 @@ def restore_physical(
     return Swapped(str(target), str(kept) if kept else None, manifest, result.checks)
 
 
-def set_identity(scratch: Path, store_id: str | None) -> None:
-    """Give the checked scratch copy the identity the restored store keeps.
-
-    A private file nobody else has open (no write gate); its WAL is folded
-    back into it before the swap, and fsynced (``synchronous=FULL``).
-    """
-    from triggerfish_cli.storage.identity import ID_TABLE, ID_TABLE_SQL
-    from triggerfish_cli.storage.sqlite.sql import private_transaction
-
-    with contextlib.closing(sqlite3.connect(scratch, isolation_level=None)) as conn:
-        present = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (ID_TABLE,)
-        ).fetchone()
-        current = (
-            conn.execute(f"SELECT value FROM {ID_TABLE} WHERE name = 'id'").fetchone()
-            if present
-            else None
-        )
-        if (current[0] if current else None) == store_id:
-            return
-        conn.execute("PRAGMA synchronous=FULL")
-        with private_transaction(conn):
-            if present:
-                conn.execute(f"DELETE FROM {ID_TABLE}")
-            if store_id is not None:
-                conn.execute(ID_TABLE_SQL)
-                conn.executemany(
-                    f"INSERT INTO {ID_TABLE} (name, value) VALUES (?, ?)",
-                    [("id", store_id), ("created", now_iso())],
-                )
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-
-
 def _audit_file(
     db: Path, action: str, target: str, counts: dict[str, int], details: dict[str, Any]
 ) -> None:
     """The audit record of a restore, in the store it produced (best effort: it is done)."""
     from triggerfish_cli import audit
-    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
     with contextlib.suppress(TriggerfishError):
-        store = SqliteStorage(db)
+        store = local_files().open(db)
         try:
             audit.record(store, action, target=target, counts=counts, details=details)
         finally:
@@ -197,7 +163,7 @@ def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE
     check_not_open(target, force)
     kept: Path | None = None
     if target.exists():
-        _checkpoint(target, force)
+        local_files().checkpoint(target, force)
         kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
         wal = Path(str(target) + "-wal")
         try:
@@ -222,24 +188,6 @@ def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE
     os.replace(new, target)
     fsync_dir(target.parent)
     return kept
-
-
-def _checkpoint(db: Path, force: bool) -> None:
-    """Move every committed page of the WAL into the file, so the kept copy has them all."""
-    try:
-        with contextlib.closing(sqlite3.connect(db, timeout=5, isolation_level=None)) as conn:
-            busy = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    except sqlite3.Error as exc:
-        text = str(exc).lower()
-        if force or not ("locked" in text or "busy" in text):
-            return  # a damaged store (what a restore is for): kept as it is, -wal included
-        raise BusyError(f"{db}: cannot checkpoint its WAL: {exc}") from exc
-    wal = Path(str(db) + "-wal")
-    if not force and ((busy and busy[0]) or (wal.exists() and wal.stat().st_size > 0)):
-        raise BusyError(
-            f"{db}: its WAL could not be emptied (a writer is active)",
-            hint="stop the gateway first, or pass --force",
-        )
 
 
 def pre_restores(target: Path) -> list[Path]:

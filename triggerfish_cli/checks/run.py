@@ -34,6 +34,7 @@ from triggerfish_cli.paths import store_backups_dir
 from triggerfish_cli.serialization import parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.status import SWEEP_HOOK, collect
+from triggerfish_cli.storage.backends import in_local_files
 from triggerfish_cli.storage.provider import StorageProvider
 
 # -- findings ----------------------------------------------------------------------------
@@ -307,7 +308,7 @@ def _sweep_age(limit: Limit, provider: StorageProvider, now: datetime) -> Findin
 
 def _wal_size(limit: Limit, report: Any, notes: Sequence[str]) -> Finding:
     check = "wal_size"
-    if report.backend != "sqlite":
+    if not in_local_files(report.backend):
         return Finding(check, OK, f"{report.backend}: no WAL file")
     if report.sqlite is None:
         return _unknown(check, limit, _note(notes, "files") or "cannot read the store's files")

@@ -19,6 +19,7 @@ from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import postgres_section, s3_section
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.local_files import LOCAL_FILES, LocalFiles
 from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
 from triggerfish_cli.storage.sqlite.write_gate import MODES, choose_mode
 
@@ -51,6 +52,9 @@ class Backend:
     #: The physical snapshots of a live store of this backend (backup create), where
     #: it makes them.
     snapshot_source: Callable[[StorageProvider], SnapshotSource] | None = None
+    #: The work on the local file a store of this backend lives in (a physical
+    #: restore swaps it); None: its stores are not local files.
+    files: LocalFiles | None = None
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -228,6 +232,7 @@ BACKENDS: dict[str, Backend] = {
             copy_rows=_sqlite_copy_rows,
             count_copy=_count_sqlite_copy,
             snapshot_source=_sqlite_snapshots,
+            files=LOCAL_FILES,
         ),
         Backend("memory", _memory_options, _open_memory, scan_index),
         Backend("postgres", postgres_section, _open_postgres, _tsvector_index),
@@ -279,3 +284,24 @@ def check_storage_section(section: Any, config_path: Path) -> None:
     if not isinstance(section, Mapping):
         raise InvalidDataError(f"{config_path}: storage: must be a mapping")
     parse_storage_section(section, config_path)
+
+
+# -- stores kept in local files (a physical restore, status) ------------------------------
+
+
+def local_files() -> LocalFiles:
+    """The work on a store kept in one local file: a physical restore's target, the
+    processes that have a file open (SQLite's, the backend whose stores are files)."""
+    return LOCAL_FILES
+
+
+def in_local_files(name: str) -> bool:
+    """Whether a store of backend ``name`` lives in a local file (SQLite: with its WAL)."""
+    backend = BACKENDS.get(name)
+    return backend is not None and backend.files is not None
+
+
+def local_file(config: StorageConfig) -> Path | None:
+    """The one local file the store ``config`` names lives in (SQLite: its path); None
+    for a store that is not a local file."""
+    return config.path if in_local_files(config.backend) else None

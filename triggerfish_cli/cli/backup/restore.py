@@ -26,6 +26,7 @@ from triggerfish_cli.cli.options import (
     begin,
 )
 from triggerfish_cli.errors import UsageError
+from triggerfish_cli.storage.backends import local_file
 
 
 def _sqlite_target(st: AppState, to: str | None) -> Path | None:
@@ -39,20 +40,20 @@ def _sqlite_target(st: AppState, to: str | None) -> Path | None:
 
     if to is None:
         config = st.storage_config()
-        if config.backend != "sqlite" or config.path is None:
+        path = local_file(config)
+        if path is None:
             return None
-        path = config.path
     else:
         from triggerfish_cli.locations import parse_location
 
         config = parse_location(to, "to")
-        if config.backend != "sqlite" or config.path is None:
+        path = local_file(config)
+        if path is None:
             raise UsageError(
                 f"--to {to}: backup restore --to takes a SQLite file",
                 hint="restore into a Postgres or S3 store through the store of the command "
                 "(--config, or --backend and its settings)",
             )
-        path = config.path
     return Path(os.path.realpath(path.expanduser()))
 
 
