@@ -21,6 +21,7 @@ from typing import Any
 
 from triggerfish_cli import __version__, cells
 from triggerfish_cli.serialization import dumps, to_iso, utc_now
+from triggerfish_cli.storage.identity import ensure_id
 from triggerfish_cli.storage.provider import StorageProvider
 
 PREFIX = "audit:"
@@ -28,6 +29,7 @@ PREFIX = "audit:"
 
 def os_user() -> str:
     """The OS user running the tool (never fails)."""
+    # lazy: getpass (+2 modules, termios) is not loaded by `kv get --raw`
     import getpass
 
     try:
@@ -37,6 +39,7 @@ def os_user() -> str:
 
 
 def _hostname() -> str:
+    # lazy: socket (+3 modules, ~8 ms) is not loaded by `kv get --raw`
     import socket
 
     return socket.gethostname()
@@ -63,8 +66,6 @@ def record(
     that changes a store ends here, so the store's identity is recorded here
     the first time (storage/identity.py) and named in the record.
     """
-    from triggerfish_cli.storage.identity import ensure_id
-
     store = ensure_id(provider)
     moment = now or utc_now()
     key = audit_key(moment, action)

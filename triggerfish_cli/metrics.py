@@ -169,6 +169,7 @@ def _key(labels: Mapping[str, str]) -> tuple[str | None, str | None]:
 
 def _read(path: Path) -> list[_Sample]:
     """The samples of our families in an existing file (anything else is dropped)."""
+    # lazy: prometheus_client (~120 ms) only when metrics are read or written
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -193,6 +194,7 @@ def _render(
     mine: dict[str, str],
     fresh: dict[tuple[str, tuple[tuple[str, str], ...]], float],
 ) -> str:
+    # lazy: prometheus_client (~120 ms) only when metrics are read or written
     from prometheus_client import CollectorRegistry
     from prometheus_client.exposition import generate_latest
     from prometheus_client.metrics_core import GaugeMetricFamily

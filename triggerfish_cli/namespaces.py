@@ -35,7 +35,7 @@ from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from triggerfish_cli import cells
-from triggerfish_cli.serialization import canonical_iso, parse_iso, to_iso
+from triggerfish_cli.serialization import canonical_iso, loads, parse_iso, to_iso
 
 _T = TypeVar("_T")
 
@@ -320,6 +320,7 @@ def _fields_decoder(
     unread (msgspec, in C: about 3x faster than a full parse of a message), and what it
     raises; None without msgspec or for a field name it cannot take."""
     try:
+        # lazy: msgspec adds 17 modules to `kv get --raw`; optional
         import msgspec
     except ImportError:  # pragma: no cover - msgspec is a dependency
         return None
@@ -404,8 +405,6 @@ def millis_iso(millis: int) -> str | None:
 
 
 def _json_loads(text: str) -> Any:
-    from triggerfish_cli.serialization import loads
-
     return loads(text)
 
 

@@ -37,6 +37,7 @@ def fast_loads() -> Callable[[str], Any]:
     ``ValueError`` subclasses on malformed input.
     """
     try:
+        # lazy: orjson (TID253) is for full scans; `kv get --raw` never loads it
         import orjson
     except ImportError:  # pragma: no cover - orjson is a dependency
         return json.loads

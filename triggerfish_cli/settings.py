@@ -33,6 +33,7 @@ does not import the YAML parser when the file has no ``storage`` section.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,6 +111,7 @@ def load_settings(path: Path, *, explicit: bool) -> Settings:
 
 def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
     """Parse YAML whose top level must be a mapping; errors name line and column."""
+    # lazy: yaml adds 20 modules: only a file with a section of ours needs it
     import yaml
 
     try:
@@ -161,8 +163,6 @@ OUR_SECTIONS: dict[str, str] = {
 
 def check_our_sections(settings: Settings) -> None:
     """Check every section of ours present in ``settings``; the first error is raised."""
-    import importlib
-
     for name, target in OUR_SECTIONS.items():
         if name not in settings.data:
             continue

@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from datetime import datetime, timedelta, timezone
 
+from triggerfish_cli.serialization import parse_iso
+
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
 _PART = re.compile(r"(\d+)([smhdwy])")
 _DATE = re.compile(r"(\d{4})-(\d{2})-(\d{2})")
@@ -43,8 +45,6 @@ def format_duration(age: timedelta) -> str:
 
 def parse_moment(text: str) -> datetime | None:
     """A date (its midnight, UTC) or an ISO-8601 time; None when it is neither."""
-    from triggerfish_cli.serialization import parse_iso
-
     cleaned = text.strip()
     match = _DATE.fullmatch(cleaned)
     if match is not None:

@@ -32,6 +32,7 @@ from triggerfish_cli.errors import (
     RefusedError,
     UsageError,
     VerificationError,
+    write_error,
 )
 from triggerfish_cli.threads import background
 
@@ -73,6 +74,7 @@ def fingerprint(text: str) -> str:
 
 def parse_recipient(text: str, origin: str) -> Recipient:
     """An ``age1...`` or ``ssh-ed25519``/``ssh-rsa`` public key; bad ones are exit 2."""
+    # lazy: pyrage (a Rust extension) only for encrypted backups
     import pyrage
 
     text = text.strip()
@@ -141,6 +143,7 @@ class Identities:
 
 def load_identities(paths: Iterable[Path]) -> Identities:
     """Read age identity files and unencrypted OpenSSH private keys."""
+    # lazy: pyrage only for encrypted backups
     import pyrage
 
     keys: list[Any] = []
@@ -193,9 +196,8 @@ def identities_from(paths: list[Path] | None) -> Identities | None:
 
 def keygen(path: Path, *, created: str) -> str:
     """Write a new age identity to ``path`` (0600, never over a file); its public key."""
+    # lazy: pyrage only for encrypted backups
     import pyrage
-
-    from triggerfish_cli.errors import write_error
 
     identity = pyrage.x25519.Identity.generate()
     public = str(identity.to_public())
@@ -224,6 +226,7 @@ def keygen(path: Path, *, created: str) -> str:
 
 
 def seal(data: bytes, recipients: list[Recipient]) -> bytes:
+    # lazy: pyrage only for encrypted backups
     import pyrage
 
     return bytes(pyrage.encrypt(data, [r.key for r in recipients]))
@@ -231,6 +234,7 @@ def seal(data: bytes, recipients: list[Recipient]) -> bytes:
 
 def unseal(data: bytes, identities: Identities, name: str, recipients: list[str]) -> bytes:
     """Decrypt the sealed manifest; a key that opens none of it is exit 4, damage exit 5."""
+    # lazy: pyrage only for encrypted backups
     import pyrage
 
     try:
@@ -265,6 +269,7 @@ class Encryptor:
     """
 
     def __init__(self, sink: Any, recipients: list[Recipient]) -> None:
+        # lazy: pyrage only for encrypted backups
         import pyrage
 
         self._queue: queue.Queue[Any] = queue.Queue(QUEUE_DEPTH)
@@ -352,6 +357,7 @@ class Decryptor:
     def __init__(
         self, source: Any, identities: Identities, name: str, recipients: list[str]
     ) -> None:
+        # lazy: pyrage only for encrypted backups
         import pyrage
 
         self._queue: queue.Queue[Any] = queue.Queue(16)  # blocks of DELIVER_SIZE: 16 MiB

@@ -6,6 +6,9 @@ from pathlib import Path
 
 from triggerfish_cli.backup.dest import Destination, LocalDestination
 from triggerfish_cli.errors import UsageError
+from triggerfish_cli.paths import store_backups_dir
+from triggerfish_cli.storage.backends import s3_destination
+from triggerfish_cli.storage.factory import missing_extra
 
 
 def open_destination(
@@ -18,15 +21,10 @@ def open_destination(
     """``--to``/``--from``: a directory, or ``s3://bucket/prefix``; None: the default.
 
     ``sse``: S3 server-side encryption (mode, KMS key id) of what is written there."""
-    from triggerfish_cli.paths import store_backups_dir
-
     if spec is None:
         return LocalDestination(store_backups_dir(), create=create)
     text = str(spec)
     if text.lower().startswith("s3://"):
-        from triggerfish_cli.storage.backends import s3_destination
-        from triggerfish_cli.storage.factory import missing_extra
-
         try:
             return s3_destination(text, endpoint_url=endpoint_url, sse=sse)
         except ModuleNotFoundError as exc:

@@ -25,7 +25,9 @@ from typing import Any
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.backup.decompress import decompress_chunks
+from triggerfish_cli.backup.load import verified
 from triggerfish_cli.backup.manifest import Manifest
+from triggerfish_cli.backup.verify import iter_lines, payload_stream
 from triggerfish_cli.classification import Level
 from triggerfish_cli.memory.keys import PREFIX, may_name
 from triggerfish_cli.storage.backends import physical
@@ -159,9 +161,6 @@ def archive_rows(
     read-only; the caller removes ``work``. An encrypted archive needs
     ``identities`` (backup_crypt.Identities).
     """
-    from triggerfish_cli.backup.load import verified
-    from triggerfish_cli.backup.verify import iter_lines, payload_stream
-
     result = verified(path, name, work, "no diff", identities=identities)
     manifest = result.manifest
     assert manifest is not None

@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+from triggerfish_cli.errors import write_error
 from triggerfish_cli.threads import background
 
 #: Bytes gathered before each direct write (a multiple of any block size).
@@ -177,6 +178,4 @@ def _syncing(path: Path) -> Iterator[None]:
         done.set()
         thread.join()
     if failed:
-        from triggerfish_cli.errors import write_error
-
         raise write_error(path, failed[0])

@@ -22,6 +22,7 @@ from datetime import datetime
 from typing import Any
 
 from triggerfish_cli.backup.dest import Entry
+from triggerfish_cli.backup.stores import groups
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.serialization import parse_iso
 
@@ -121,8 +122,6 @@ def plan_prune(entries: Sequence[Entry], policy: KeepPolicy) -> PrunePlan:
 
 def plan_prune_by_store(entries: Sequence[Entry], policy: KeepPolicy) -> PrunePlan:
     """:func:`plan_prune` applied to each store's backups separately (backup_stores.groups)."""
-    from triggerfish_cli.backup.stores import groups
-
     readable = [entry for entry in entries if entry.manifest is not None]
     by_manifest = {id(entry.manifest): entry for entry in readable}
     decisions: list[Decision] = []

@@ -23,10 +23,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from triggerfish_cli.backup.crypt import (
+    Recipient,
+    parse_recipient,
+    read_recipients_file,
+    recipients_of,
+)
 from triggerfish_cli.errors import InvalidDataError, RefusedError, UsageError
 
 if TYPE_CHECKING:
-    from triggerfish_cli.backup.crypt import Recipient
     from triggerfish_cli.settings import Settings
 
 SSE_MODES = ("AES256", "aws:kms")
@@ -107,8 +112,6 @@ def sse_args(sse: str | None, key_id: str | None) -> dict[str, str]:
 
 def check_section(section: Any, config_path: Path) -> None:
     """Validator of ``backup:`` for ``settings.OUR_SECTIONS`` (the keys parse, too)."""
-    from triggerfish_cli.backup.crypt import parse_recipient, read_recipients_file
-
     found = parse_section(section, config_path)
     for text in found.recipients:
         try:
@@ -126,8 +129,6 @@ def backup_settings(settings: Settings) -> BackupSettings:
 
 
 def configured_recipients(found: BackupSettings, origin: str) -> list[Recipient]:
-    from triggerfish_cli.backup.crypt import recipients_of
-
     files = [found.recipients_file] if found.recipients_file is not None else []
     try:
         return recipients_of(found.recipients, files, origin)
@@ -147,8 +148,6 @@ def choose_recipients(
     (they replace the configured ones), else ``backup: recipients``; none with
     ``no_encrypt``. A plain archive where the settings require encryption is refused
     (exit 4) unless ``no_encrypt`` says so."""
-    from triggerfish_cli.backup.crypt import recipients_of
-
     if no_encrypt:
         if texts or files:
             raise UsageError("--no-encrypt and --recipient/--recipients-file exclude each other")

@@ -13,6 +13,7 @@ archive (``<name>.verified``) for ``backup list`` and ``backup prune``.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 from collections.abc import Iterator
@@ -22,16 +23,17 @@ from typing import Any
 
 from triggerfish_cli import cells
 from triggerfish_cli.backup.archive import open_sealed, read_manifest
+from triggerfish_cli.backup.big_buffers import reuse_big_buffers
 from triggerfish_cli.backup.counts import Counts, KeyCounter
-from triggerfish_cli.backup.crypt import Decryptor, Identities
+from triggerfish_cli.backup.crypt import AGE_MAGIC, Decryptor, Identities
 from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
-from triggerfish_cli.backup.dest import Destination
+from triggerfish_cli.backup.dest import Destination, temp_dir
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.partial import above
 from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
-from triggerfish_cli.progress import Reporter
+from triggerfish_cli.progress import SILENT, Reporter, counted
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.backends import physical
 from triggerfish_cli.threads import cpu_workers
@@ -97,9 +99,6 @@ def verify_file(
     none of it is exit 4); without them only what is outside the encryption
     is checked (sizes, the sha256 of the encrypted parts) and the verdict
     says the contents were not."""
-    from triggerfish_cli.backup.big_buffers import reuse_big_buffers
-    from triggerfish_cli.progress import SILENT, counted
-
     reuse_big_buffers()  # the payload streams in 8 MiB chunks (backup/big_buffers.py)
     progress = progress or SILENT
     name = name or path.name
@@ -250,10 +249,6 @@ def _cipher_failure(outer: Manifest, cipher: LimitedHashingReader) -> str | None
 def _verify_sealed(path: Path, name: str, outer: Manifest) -> Verified:
     """What a keyless verify of an encrypted archive can check: both encrypted parts'
     sizes and sha256, and that each is an age file."""
-    import hashlib
-
-    from triggerfish_cli.backup.crypt import AGE_MAGIC
-
     result = Verified(name, outer, sealed=True)
     with path.open("rb") as handle:
         reader = LimitedHashingReader(handle, outer.payload_bytes)
@@ -417,8 +412,6 @@ def verify_in(
 ) -> Verified:
     """Verify one archive of a destination and record the verdict beside it (not for a
     keyless check of an encrypted one: its contents were not checked)."""
-    from triggerfish_cli.backup.dest import temp_dir
-
     if progress is not None:
         progress.phase(f"fetching {name}")
     with (

@@ -49,6 +49,7 @@ class AppState:
         self._settings = settings
 
     def storage_config(self) -> StorageConfig:
+        # lazy: storage.factory adds 32 modules to `--help`
         from triggerfish_cli.storage.factory import resolve_storage
 
         return resolve_storage(
@@ -67,6 +68,7 @@ class AppState:
         """
         if self._providers:
             return self._providers[0]  # type: ignore[no-any-return]
+        # lazy: storage.factory adds 32 modules to `--help`
         from triggerfish_cli.storage.factory import open_provider
 
         provider = open_provider(self.storage_config(), create=create)
@@ -87,6 +89,7 @@ class AppState:
             self._providers.pop().close()
 
     def output(self, fmt: str | None = None, quiet: bool | None = None) -> Output:
+        # lazy: cli.output adds 19 modules to `--help`
         from triggerfish_cli.cli.output import Output
         from triggerfish_cli.cli.output.text import TableOptions, parse_columns
 

@@ -60,6 +60,7 @@ def create_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Fill an EMPTY store (the default one, --db PATH, or the configured backend)."""
+    # lazy: audit, demo and timespec add 15 modules to `demo --help`
     from triggerfish_cli import audit
     from triggerfish_cli.demo import build_demo
     from triggerfish_cli.timespec import parse_moment

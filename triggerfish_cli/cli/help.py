@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from triggerfish_cli import PROG
+from triggerfish_cli.cli.context import state
 from triggerfish_cli.errors import UsageError
 
 
@@ -44,8 +46,7 @@ def help_cmd(
     ] = False,
 ) -> None:
     """Show help for a command, or the whole command tree as JSON (also with -f json)."""
-    from triggerfish_cli import PROG
-    from triggerfish_cli.cli.context import state
+    # lazy: cli.reference is not loaded by `help --help`
     from triggerfish_cli.cli.reference import command_tree, root_command
 
     as_json = as_json or state(ctx).fmt in ("json", "jsonl")
@@ -82,6 +83,7 @@ def completion_cmd(
     For example: triggerfish-admin completion bash >
     ~/.local/share/bash-completion/completions/triggerfish-admin
     """
+    # lazy: cli.reference is not loaded by `completion --help`
     from triggerfish_cli.cli.reference import SHELLS, completion_script
 
     if shell not in SHELLS:

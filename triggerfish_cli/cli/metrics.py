@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
-if TYPE_CHECKING:
-    from triggerfish_cli.cli.context import AppState
-    from triggerfish_cli.metrics import JobRun
+from triggerfish_cli.cli.context import AppState, state
+from triggerfish_cli.metrics import JobRun, metrics_path, record
 
 MetricsOpt = Annotated[
     Path | None,
@@ -35,9 +34,6 @@ _pending: list[tuple[Path, JobRun]] = []
 
 def begin(ctx: typer.Context, job: str, option: Path | None) -> JobRun | None:
     """A run of ``job`` to fill in, when a metrics file is asked for (else None)."""
-    from triggerfish_cli.cli.context import state
-    from triggerfish_cli.metrics import JobRun
-
     st = state(ctx)
     path = option if option is not None else _setting(st)
     if path is None:
@@ -53,13 +49,12 @@ def begin(ctx: typer.Context, job: str, option: Path | None) -> JobRun | None:
 
 def finish(code: int) -> None:
     """Record every run begun in this process with the exit code the command ended with."""
-    from triggerfish_cli.metrics import record
-
     while _pending:
         path, run = _pending.pop()
         try:
             record(path, run, code)
         except OSError as exc:
+            # lazy: cli.output adds 14 modules to `config --help`
             from triggerfish_cli.cli.output import Output
 
             Output().warn(str(exc))
@@ -73,6 +68,7 @@ def _capture(st: AppState, run: JobRun, seconds: float) -> None:
             run.gate(provider.gate_stats(), seconds)
         return
     try:
+        # lazy: locations is not loaded by `backup --help`, `retention --help`...
         from triggerfish_cli.locations import describe_config
 
         run.store = describe_config(st.storage_config())
@@ -81,8 +77,6 @@ def _capture(st: AppState, run: JobRun, seconds: float) -> None:
 
 
 def _setting(st: AppState) -> Path | None:
-    from triggerfish_cli.metrics import metrics_path
-
     settings = st.settings()
     if not settings.text or "metrics" not in settings.text:
         return None

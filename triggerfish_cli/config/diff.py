@@ -180,6 +180,7 @@ def validate_text(text: str, origin: str, config_path: Path, *, secrets: bool = 
     top-level sections, our own sections strictly (``settings.OUR_SECTIONS``),
     and plain-text secrets (warnings: the gateway accepts them, the design does not).
     """
+    # lazy: yaml (+20 modules, ~30 ms) only where YAML is parsed (TID253)
     import yaml
 
     report = Report(origin)
@@ -261,6 +262,7 @@ def validate_text(text: str, origin: str, config_path: Path, *, secrets: bool = 
 
 def _duplicates(node: Any, report: Report, visited: set[int]) -> None:
     """Duplicate keys: PyYAML keeps the last silently, the gateway's parser refuses them."""
+    # lazy: yaml only where YAML is parsed (TID253)
     import yaml
 
     if id(node) in visited:  # an alias: checked where it was anchored

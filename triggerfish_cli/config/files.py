@@ -73,6 +73,7 @@ def config_lock(path: Path, timeout: float = 10.0) -> Iterator[None]:
     file it read before it writes instead.
     """
     try:
+        # lazy: POSIX only: without fcntl (Windows) no lock is taken
         import fcntl
     except ImportError:  # pragma: no cover - not on POSIX
         yield

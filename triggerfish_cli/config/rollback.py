@@ -25,6 +25,7 @@ from typing import Any
 
 from triggerfish_cli.config import diff as config_diff
 from triggerfish_cli.config import redaction, secrets_guard, yaml_paths
+from triggerfish_cli.config import storage as config_storage
 from triggerfish_cli.config.files import (
     ConfigFile,
     config_lock,
@@ -35,6 +36,7 @@ from triggerfish_cli.config.files import (
 from triggerfish_cli.config.versions import (
     Listing,
     Version,
+    check_reason,
     get_version,
     list_versions,
     refuse_secrets,
@@ -48,7 +50,9 @@ from triggerfish_cli.errors import (
     TriggerfishError,
     UsageError,
 )
+from triggerfish_cli.fileio import atomic_writer
 from triggerfish_cli.serialization import dumps, loads, now_iso
+from triggerfish_cli.settings import parse_yaml_mapping
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: Mode of a config file the rollback creates (it was missing): owner only.
@@ -154,8 +158,6 @@ def plan_rollback(
     :mod:`~triggerfish_cli.config.storage`): refuse (exit 4; a dry run
     warns), keep the file's section, or switch to the version's.
     """
-    from triggerfish_cli.config import storage as config_storage
-
     if storage not in config_storage.CHOICES:
         raise UsageError(f"--storage must be one of {', '.join(config_storage.CHOICES)}")
     supply = supply or SecretSupply()
@@ -288,8 +290,6 @@ def parse_secret_values(text: str, origin: str) -> dict[str, Any]:
     ``channels.telegram.botToken: ...`` and ``channels: {telegram: {botToken: ...}}``
     mean the same. Parse errors name line and column, never a value.
     """
-    from triggerfish_cli.settings import parse_yaml_mapping
-
     values: dict[str, Any] = {}
     for key, value in parse_yaml_mapping(text, origin).items():
         if isinstance(value, (dict, list)):
@@ -300,8 +300,6 @@ def parse_secret_values(text: str, origin: str) -> dict[str, Any]:
 
 
 def _current_values(current: ConfigFile) -> dict[str, Any]:
-    from triggerfish_cli.settings import parse_yaml_mapping
-
     try:
         document = parse_yaml_mapping(current.text, str(current.path))
     except InvalidDataError:
@@ -319,8 +317,6 @@ def apply_rollback(
     provider: StorageProvider, plan: RollbackPlan, *, reason: str | None = None
 ) -> dict[str, Any]:
     """Carry out a plan (see the module docstring); the result as a JSON-able object."""
-    from triggerfish_cli.config.versions import check_reason
-
     check_reason(reason)
     result = plan.as_dict()
     if plan.noop:
@@ -396,8 +392,6 @@ PENDING_KEY = "tfadmin:config-rollback"
 
 def _write_file(path: Path, text: str, mode: int) -> None:
     """The new text, atomically (the kill tests stop the rollback just before this)."""
-    from triggerfish_cli.fileio import atomic_writer
-
     # A symlinked config (kept in git elsewhere) stays a link: write its target.
     destination = path.resolve() if path.is_symlink() else path
     with atomic_writer(destination, mode=mode, binary=True) as handle:

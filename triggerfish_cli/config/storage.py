@@ -19,9 +19,11 @@ told what to do (:data:`CHOICES`):
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+from triggerfish_cli.config.yaml_paths import compose
 from triggerfish_cli.errors import InvalidDataError, RefusedError
 from triggerfish_cli.settings import Settings, parse_yaml_mapping
 
@@ -62,9 +64,8 @@ def describe(section: Any) -> str:
 
 def _span(text: str) -> tuple[int, int] | None:
     """Where the top-level storage block of ``text`` is: ``[start, end)`` of whole lines."""
+    # lazy: yaml (+20 modules) only where YAML is parsed (TID253)
     from yaml import MappingNode, ScalarNode
-
-    from triggerfish_cli.config.yaml_paths import compose
 
     root = compose(text)
     if not isinstance(root, MappingNode):
@@ -114,8 +115,6 @@ def salvage_block(text: str) -> str | None:
     without the comment lines at column 0 just before it.
     None when there is no such line. The block may still not parse.
     """
-    import re
-
     match = re.search(r"(?m)^storage\s*:", text)
     if match is None:
         return None

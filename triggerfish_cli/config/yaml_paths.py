@@ -36,6 +36,7 @@ def render_path(parts: list[str | int]) -> str:
 
 
 def _key_text(node: Any) -> str:
+    # lazy: yaml (+20 modules, ~30 ms) only where YAML is parsed (TID253)
     import yaml
 
     if isinstance(node, yaml.ScalarNode):
@@ -50,6 +51,7 @@ def compose(text: str) -> Any:
     that it does not count a leading byte-order mark: such (rare) texts use
     the pure-Python loader, ten times slower.
     """
+    # lazy: yaml only where YAML is parsed (TID253)
     import yaml
 
     loader = yaml.SafeLoader
@@ -72,6 +74,7 @@ def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]
     A recursive alias is walked once; a document whose aliases expand to
     more than :data:`MAX_NODES` values is refused.
     """
+    # lazy: yaml only where YAML is parsed (TID253)
     import yaml
 
     budget = [MAX_NODES]
@@ -107,6 +110,7 @@ def scalar_reader(failures: list[Any] | None = None) -> Any:
     A scalar YAML accepts but cannot build (a date with a 13th month) reads
     as its text, and its node is appended to ``failures``.
     """
+    # lazy: yaml only where YAML is parsed (TID253)
     import yaml
 
     loader = yaml.SafeLoader("")
@@ -157,6 +161,7 @@ def _scalar_key(key: Any) -> str:
 
 def load(text: str) -> Any:
     """Parse YAML; a value YAML accepts but cannot build (a 13th month) is a YAMLError too."""
+    # lazy: yaml only where YAML is parsed (TID253)
     import yaml
 
     try:

@@ -13,6 +13,7 @@ from triggerfish_cli import audit, cells, namespaces
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import InvalidDataError, NotFoundError, RefusedError
 from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
+from triggerfish_cli.memory.keys import may_name, split_key
 from triggerfish_cli.serialization import fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
 
@@ -141,8 +142,6 @@ def get_value(provider: StorageProvider, key: str, *, taint: Level | None = None
 
 
 def _level_name(key: str) -> str:
-    from triggerfish_cli.memory.keys import split_key
-
     parts = split_key(key)
     return parts[1].name if parts is not None else "unknown"
 
@@ -176,13 +175,10 @@ class RawReads:
         """Whether ``key`` may be shown; note it when it is a memory row above PUBLIC."""
         if not key.startswith(MEMORY_PREFIX):
             return True
-        from triggerfish_cli.classification import Level as Levels
-        from triggerfish_cli.memory.keys import may_name, split_key
-
         if self.taint is not None and not may_name(key, self.taint):
             return False
         parts = split_key(key)
-        if parts is None or parts[1] > Levels.PUBLIC:
+        if parts is None or parts[1] > Level.PUBLIC:
             name = parts[1].name if parts is not None else "unknown"
             self.levels[name] = self.levels.get(name, 0) + 1
             self.count += 1
@@ -318,6 +314,7 @@ LIVE_PAUSE = 0.03
 
 
 def _memory_index(provider: StorageProvider) -> Any:
+    # lazy: memory.indexes adds 3 modules to `kv get --raw`
     from triggerfish_cli.memory.indexes import index_for
 
     return index_for(provider)

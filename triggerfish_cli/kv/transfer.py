@@ -4,6 +4,7 @@ back (JSON Lines, a JSON list, CSV, TSV)."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 from collections.abc import Iterable, Iterator
@@ -137,8 +138,6 @@ def import_format(head: bytes) -> str:
 def parse_table_import(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str]:
     """A JSON list of {"key", "value"} objects, or CSV/TSV with a key,value header,
     read and checked whole first: a bad row imports nothing and is named."""
-    import csv
-
     # The limit is process-wide: raised for this read (values > 128 KiB), then given back.
     previous = csv.field_size_limit(max(csv.field_size_limit(), 2**31 - 1))
     try:
@@ -149,10 +148,8 @@ def parse_table_import(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str
 
 def _read_rows(stream: BinaryIO, origin: str, fmt: str) -> dict[str, str]:
     # sqlite-utils parses these (its rows_from_file: the BOM, the dialect, rows with
-    # more fields than the header); imported here only, as it costs 90-180 ms
-    # (click, pluggy, dateutil and its plugin scan), more than a whole `kv get`.
-    import csv
-
+    # more fields than the header).
+    # lazy: 90-180 ms (click, pluggy, dateutil, its plugin scan), more than a whole `kv get`
     from sqlite_utils.utils import Format, RowError, RowsFromFileBadJSON, rows_from_file
 
     chosen = {"json": Format.JSON, "csv": Format.CSV, "tsv": Format.TSV}[fmt]

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from triggerfish_cli.classification import Level
+from triggerfish_cli.errors import TriggerfishError
 from triggerfish_cli.memory.index import MemoryIndex
+from triggerfish_cli.memory.keys import visible_levels
 from triggerfish_cli.storage.backends import memory_index_for
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -27,9 +29,6 @@ def bring_in_line(provider: StorageProvider, levels: Sequence[Level] | None = No
     rows loaded behind its back would be missing from its results. The data is
     in place either way, so the outcome is a note for the operator, not an error.
     """
-    from triggerfish_cli.errors import TriggerfishError
-    from triggerfish_cli.memory.keys import visible_levels
-
     try:
         index = index_for(provider)
         drift = index.repair(visible_levels(Level.RESTRICTED) if levels is None else levels)

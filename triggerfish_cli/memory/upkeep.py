@@ -21,6 +21,7 @@ from triggerfish_cli.memory.record import Malformed
 from triggerfish_cli.memory.records import audit_read, check_agent, index_of, scan_visible
 from triggerfish_cli.serialization import to_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.timespec import parse_duration as parse
 
 if TYPE_CHECKING:
     from triggerfish_cli.memory.index import Drift
@@ -116,8 +117,6 @@ def reindex(
 
 def parse_duration(text: str) -> timedelta:
     """``90d``, ``12h``, ``2w``, ``1y``, ``1d12h``, ``30m``, ``45s`` -> a timedelta."""
-    from triggerfish_cli.timespec import parse_duration as parse
-
     try:
         return parse(text)
     except ValueError as exc:

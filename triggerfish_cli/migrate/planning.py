@@ -13,7 +13,7 @@ from typing import Any
 
 from triggerfish_cli import cells
 from triggerfish_cli.errors import InvalidDataError, RefusedError, UsageError
-from triggerfish_cli.locations import open_source, open_target, same_store
+from triggerfish_cli.locations import describe_config, open_source, open_target, same_store
 from triggerfish_cli.memory.keys import PREFIX
 from triggerfish_cli.memory.records import refuse_write_down
 from triggerfish_cli.serialization import dumps, loads, now_iso
@@ -128,8 +128,6 @@ def plan(
     if target is not None:
         where = target.describe()
     else:
-        from triggerfish_cli.locations import describe_config
-
         where = describe_config(target_config) if target_config else "(the target)"
     if target is not None and same_store(source, target):
         raise UsageError(f"--from and --to are the same store ({where})")

@@ -37,7 +37,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli import namespaces
+from triggerfish_cli import namespaces, timespec
 from triggerfish_cli.errors import InvalidDataError
 
 _UNITS = {"h": 3600, "d": 86400, "w": 7 * 86400, "y": 365 * 86400}
@@ -53,8 +53,6 @@ def parse_duration(text: str) -> timedelta:
 
     ValueError otherwise, and for a negative, zero or over-long duration.
     """
-    from triggerfish_cli import timespec
-
     cleaned = text.strip()
     if cleaned.startswith("-"):
         raise ValueError(f"{text!r} is negative")

@@ -31,15 +31,13 @@ from triggerfish_cli.retention.plan import (
     apply_order,
 )
 from triggerfish_cli.retention.policies import KEEP, Policies
-from triggerfish_cli.serialization import canonical_iso, dumps
+from triggerfish_cli.serialization import canonical_iso, dumps, fast_loads
 
 _CONFIG_KEY = re.compile(r"config:v(\d+)")
 _LINEAGE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def _loads_default() -> Callable[[str], Any]:
-    from triggerfish_cli.serialization import fast_loads
-
     return fast_loads()
 
 

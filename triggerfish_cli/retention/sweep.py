@@ -34,6 +34,8 @@ job. Two sweeps never run at once: the sweep holds the provider's
 from __future__ import annotations
 
 import contextlib
+import signal
+import threading
 import time
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
@@ -53,7 +55,7 @@ from triggerfish_cli.retention.plan import (
 )
 from triggerfish_cli.retention.policies import Policies
 from triggerfish_cli.retention.rules import make_plan
-from triggerfish_cli.serialization import to_iso, utc_now
+from triggerfish_cli.serialization import fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.batching import smooth
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -120,9 +122,8 @@ def read_plan(
 def _read_plan(
     provider: StorageProvider, policies: Policies, now: datetime, only: Collection[str] | None
 ) -> Plan:
+    # lazy: gc (built in) is not loaded by `retention --help`
     import gc
-
-    from triggerfish_cli.serialization import fast_loads
 
     prefixes = needed(policies, only)
     records = provider.scan_many(prefixes, batch_size=5000)
@@ -355,9 +356,6 @@ def _signals_deferred() -> Iterator[None]:
     signals cannot be held (not the main thread, not Unix) an interrupt
     inside a batch still rolls its transaction back and is reconciled.
     """
-    import signal
-    import threading
-
     held = (signal.SIGINT, signal.SIGTERM)
     if not hasattr(signal, "pthread_sigmask") or (
         threading.current_thread() is not threading.main_thread()

@@ -65,6 +65,7 @@ class Backend:
 
 def scan_index(provider: StorageProvider) -> MemoryIndex:
     """No stored index: a search indexes the visible memories in RAM (FTS5 in :memory:)."""
+    # lazy: sqlite.fts adds 4 modules to `kv get --raw`
     from triggerfish_cli.storage.sqlite.fts import ScanIndex
 
     return ScanIndex(provider)
@@ -72,6 +73,7 @@ def scan_index(provider: StorageProvider) -> MemoryIndex:
 
 def _fts5_index(provider: StorageProvider) -> MemoryIndex:
     """The gateway's own FTS5 tables (memory_fts, memory_meta)."""
+    # lazy: sqlite.fts adds 4 modules to `kv get --raw`
     from triggerfish_cli.storage.sqlite.fts import for_sqlite
 
     return for_sqlite(provider)
@@ -79,6 +81,7 @@ def _fts5_index(provider: StorageProvider) -> MemoryIndex:
 
 def _tsvector_index(provider: StorageProvider) -> MemoryIndex:
     """A tsvector table of ours beside kv."""
+    # lazy: a backend loads only when chosen (postgres.index: +11 modules)
     from triggerfish_cli.storage.postgres.index import for_postgres
 
     return for_postgres(provider)
@@ -87,6 +90,7 @@ def _tsvector_index(provider: StorageProvider) -> MemoryIndex:
 def _check_sqlite_copy(*args: Any) -> Any:
     """integrity.check_copy, imported for a verify only: it imports concurrent.futures
     (~6 ms, python -X importtime), which no other command needs."""
+    # lazy: sqlite.integrity adds 9 modules to `kv get --raw`
     from triggerfish_cli.storage.sqlite.integrity import check_copy
 
     return check_copy(*args)
@@ -94,6 +98,7 @@ def _check_sqlite_copy(*args: Any) -> Any:
 
 def _sqlite_copy_rows(path: Path) -> AbstractContextManager[Iterator[tuple[Any, Any]]]:
     """snapshot.copy_rows, imported for a diff only, as the rest of the snapshot module."""
+    # lazy: sqlite.snapshot adds 14 modules to `kv get --raw`
     from triggerfish_cli.storage.sqlite.snapshot import copy_rows
 
     return copy_rows(path)
@@ -169,12 +174,14 @@ def _open_memory(config: StorageConfig, create: bool) -> StorageProvider:
 
 
 def _open_postgres(config: StorageConfig, create: bool) -> StorageProvider:
+    # lazy: a backend loads only when chosen (postgres.backend: +6 modules)
     from triggerfish_cli.storage.postgres.backend import open_config
 
     return open_config(config, create)
 
 
 def _open_s3(config: StorageConfig, create: bool) -> StorageProvider:
+    # lazy: a backend loads only when chosen (s3.backend: +14 modules)
     from triggerfish_cli.storage.s3.backend import open_config
 
     return open_config(config, create)
@@ -184,6 +191,7 @@ def s3_destination(
     url: str, *, endpoint_url: str | None, sse: tuple[str | None, str | None]
 ) -> Destination:
     """The backup destination at ``s3://bucket/prefix`` (its module imports boto3)."""
+    # lazy: a backend loads only when chosen (s3.destination: +18 modules)
     from triggerfish_cli.storage.s3.destination import S3Destination
 
     return S3Destination.from_url(url, endpoint_url=endpoint_url, sse=sse)

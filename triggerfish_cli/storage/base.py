@@ -263,6 +263,7 @@ class BaseStorage(ABC):
         gateway's machine), not across hosts. Backends with a server-side
         lock (Postgres advisory locks) override it.
         """
+        # lazy: storage.locks (+4 modules, hashlib) is not loaded by `kv get --raw`
         from triggerfish_cli.storage.locks import file_lock, host_lock_path
 
         return file_lock(host_lock_path(self.describe(), name), wait, what=name)

@@ -18,12 +18,15 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from triggerfish_cli.errors import BackendUnavailableError, BusyError
+from triggerfish_cli.paths import base_dir
+from triggerfish_cli.serialization import now_iso
 
 #: How often a waiting process tries again.
 POLL_SECONDS = 0.05
@@ -36,8 +39,6 @@ def lock_file_name(name: str) -> str:
 
 def host_lock_path(store: str, name: str) -> Path:
     """The host-local lock file for ``name`` on the store described as ``store``."""
-    from triggerfish_cli.paths import base_dir
-
     digest = hashlib.sha256(store.encode("utf-8")).hexdigest()[:16]
     return base_dir() / "run" / "locks" / f"{lock_file_name(name)}-{digest}.lock"
 
@@ -54,6 +55,7 @@ def _holder(path: Path) -> str:
 def file_lock(path: Path, wait: float = 0.0, *, what: str = "lock") -> Iterator[None]:
     """Hold an exclusive flock on ``path`` for the block; BusyError after ``wait`` s."""
     try:
+        # lazy: POSIX only: without fcntl (Windows) the lock is refused clearly
         import fcntl
     except ImportError:  # pragma: no cover - Windows
         raise BackendUnavailableError(f"{what}: file locks need a Unix system (fcntl)") from None
@@ -88,10 +90,6 @@ def file_lock(path: Path, wait: float = 0.0, *, what: str = "lock") -> Iterator[
 
 
 def _write_holder(fd: int) -> None:
-    import socket
-
-    from triggerfish_cli.serialization import now_iso
-
     note = f"pid {os.getpid()} on {socket.gethostname()} since {now_iso()}"
     try:
         os.ftruncate(fd, 0)

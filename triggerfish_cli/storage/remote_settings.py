@@ -199,6 +199,7 @@ def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
     for name in ("connect_timeout", "read_timeout", "max_attempts"):
         if name in section:
             options[name] = positive_int(section[name], f"storage.{name}")
+    # lazy: backup.settings (+2 modules) is not loaded by `kv get --raw`
     from triggerfish_cli.backup.settings import check_sse
 
     sse, key_id = check_sse(section.get("sse"), section.get("sse_kms_key_id"), "storage.")

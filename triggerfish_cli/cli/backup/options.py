@@ -87,6 +87,7 @@ IdentityOpt = Annotated[
 
 
 def identities(paths: list[Path] | None) -> Identities | None:
+    # lazy: backup.crypt adds 5 modules to `backup --help` (and `status --help`)
     from triggerfish_cli.backup.crypt import identities_from
 
     return identities_from(paths)
@@ -122,6 +123,7 @@ def sse_of(
 ) -> tuple[str | None, str | None]:
     """S3 server-side encryption for a backup destination: --sse/--sse-kms-key-id, else
     ``backup: sse``, else the ``storage:`` section's when the store is in S3."""
+    # lazy: backup.settings adds 2 modules to `backup --help`
     from triggerfish_cli.backup.settings import backup_settings
 
     if sse is not None or key_id is not None:
@@ -146,6 +148,7 @@ def destination(
     sse: tuple[str | None, str | None] = (None, None),
 ) -> Destination:
     """A backup directory or S3 prefix; None: the default directory."""
+    # lazy: backup.destinations adds 17 modules to `backup --help`
     from triggerfish_cli.backup.destinations import open_destination
 
     return open_destination(spec, endpoint_url=endpoint_url, create=create, sse=sse)
@@ -154,6 +157,7 @@ def destination(
 def this_store(st: AppState) -> StoreRef:
     """The store the command is on, as backups name it; one that does not exist (or
     cannot be reached) is known by its place alone. Reads only."""
+    # lazy: backup.stores adds 14 modules to `backup --help`
     from triggerfish_cli.backup.stores import ref_of, ref_of_missing
     from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError
 
@@ -168,6 +172,7 @@ def this_store(st: AppState) -> StoreRef:
 
 def of_store(entries: list[Entry], store: StoreRef | None) -> list[Entry]:
     """The entries of ``store`` (None: all); unreadable ones are in every list."""
+    # lazy: backup.stores adds 14 modules to `backup --help`
     from triggerfish_cli.backup.stores import same_store
 
     if store is None:
@@ -178,6 +183,7 @@ def of_store(entries: list[Entry], store: StoreRef | None) -> list[Entry]:
 def by_store(entries: list[Entry]) -> list[Entry]:
     """``entries`` grouped by store (backup_stores.groups), each group oldest first;
     unreadable ones first."""
+    # lazy: backup.stores adds 14 modules to `backup --help`
     from triggerfish_cli.backup.stores import groups
 
     readable = [entry for entry in entries if entry.manifest is not None]
@@ -205,6 +211,7 @@ def pick(
     sse: tuple[str | None, str | None] = (None, None),
 ) -> tuple[Destination, str]:
     """The destination and archive name a FILE or --latest (of ``store``) designates."""
+    # lazy: backup.dest adds 16 modules to `backup --help`
     from triggerfish_cli.backup.dest import LocalDestination
 
     if file and latest:

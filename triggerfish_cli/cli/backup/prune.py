@@ -71,6 +71,7 @@ def prune_cmd(
     policy, separately). An empty policy is refused (exit 2). The newest
     verified backup of each store and unreadable files are never deleted.
     """
+    # lazy: backup.prune adds 18 modules to `backup --help`
     from triggerfish_cli.backup.prune import KeepPolicy, plan_prune, plan_prune_by_store
 
     st, out = begin(ctx, fmt, quiet)

@@ -5,12 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from triggerfish_cli.backup import restore
+from triggerfish_cli.backup.restore import (
+    RestoreOptions,
+    plan_restore,
+    plan_undo,
+    safety_recipients,
+)
+from triggerfish_cli.cli.backup.options import this_store
 from triggerfish_cli.cli.backup.output import show_restore
 from triggerfish_cli.errors import TriggerfishError
+from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.factory import open_provider
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup.dest import Destination
-    from triggerfish_cli.backup.restore import RestoreOptions
     from triggerfish_cli.backup.stores import StoreRef
     from triggerfish_cli.cli.context import AppState
     from triggerfish_cli.cli.output import Output
@@ -19,9 +28,6 @@ if TYPE_CHECKING:
 
 def target_store(st: AppState, target: Path | None) -> StoreRef:
     """The store a restore would replace, as backups name it."""
-    from triggerfish_cli.backup import restore
-    from triggerfish_cli.cli.backup.options import this_store
-
     return this_store(st) if target is None else restore.target_store(target)
 
 
@@ -37,14 +43,9 @@ def run_restore(
     yes: bool,
     dry_run: bool,
 ) -> None:
-    from triggerfish_cli.backup.restore import plan_restore, safety_recipients
-
     def open_store() -> StorageProvider:
         if target is None:
             return st.provider(create=True)  # a restore into an empty target makes it
-        from triggerfish_cli.settings import StorageConfig
-        from triggerfish_cli.storage.factory import open_provider
-
         return st.keep(open_provider(StorageConfig("sqlite", path=target), create=True))
 
     plan = plan_restore(dest, name, target, store, options, open_store=open_store, dry_run=dry_run)
@@ -67,8 +68,6 @@ def run_restore(
 
 
 def run_undo(out: Output, target: Path, *, force: bool, yes: bool, dry_run: bool) -> None:
-    from triggerfish_cli.backup.restore import plan_undo
-
     plan = plan_undo(target, force=force, dry_run=dry_run)
     if dry_run:
         show_restore(out, plan.as_dict())

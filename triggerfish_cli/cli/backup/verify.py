@@ -64,6 +64,7 @@ def verify_cmd(
     (sizes, sha256 of the encrypted bytes), and it says the contents were
     not checked (exit 0; nothing recorded for backup list).
     """
+    # lazy: backup.verify adds 27 modules to `backup --help`
     from triggerfish_cli.backup.verify import check, verify_in
 
     st, out = begin(ctx, fmt, quiet)

@@ -45,6 +45,7 @@ RedactOpt = Annotated[
 def versions_store(st: AppState, out: Output, *, dry_run: bool = False) -> StorageProvider:
     """The store holding the versions; a rollback killed or failing between writing the
     file and recording its version is finished first (a dry run only says so)."""
+    # lazy: config.rollback adds 20 modules to `config --help`
     from triggerfish_cli.config.rollback import PENDING_KEY, Pending, finish_pending
     from triggerfish_cli.errors import TriggerfishError
 
@@ -74,6 +75,7 @@ def _open_provider(st: AppState, out: Output) -> StorageProvider:
     store, or the default store is used (config_storage.fallback_settings),
     with a warning either way.
     """
+    # lazy: config.storage adds 2 modules to `config --help`
     from triggerfish_cli.config.storage import fallback_settings
     from triggerfish_cli.errors import (
         InvalidDataError,
@@ -109,6 +111,7 @@ def _open_provider(st: AppState, out: Output) -> StorageProvider:
 
 
 def version_or_newest(provider: StorageProvider, text: str | None) -> Any:
+    # lazy: config.versions adds 18 modules to `config --help`
     from triggerfish_cli.config import versions as cv
     from triggerfish_cli.errors import NotFoundError
 

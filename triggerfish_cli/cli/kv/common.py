@@ -21,6 +21,7 @@ Key = Annotated[
 
 
 def check_raw_taint(value: str | None) -> str | None:
+    # lazy: classification is not loaded by `kv --help`
     from triggerfish_cli.classification import parse_level
 
     if value is not None:
@@ -47,6 +48,7 @@ RawTaintOpt = Annotated[
 
 
 def raw_reads(taint: str | None) -> Any:
+    # lazy: classification and kv.keys add 14 modules to `kv --help`
     from triggerfish_cli.classification import parse_level
     from triggerfish_cli.kv.keys import RawReads
 

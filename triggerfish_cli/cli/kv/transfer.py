@@ -11,7 +11,7 @@ import typer
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, begin, fmt_value
-from triggerfish_cli.errors import InvalidDataError, UsageError
+from triggerfish_cli.errors import InvalidDataError, NotFoundError, UsageError
 
 
 @app.command("export")
@@ -39,6 +39,7 @@ def export_cmd(
     --format json gives one JSON list of the same objects, csv a key,value table
     (table, the default, means JSON Lines here). `kv import` reads all three back.
     """
+    # lazy: cli.output adds 14 modules to `kv --help`; kv.transfer to `kv get`
     from triggerfish_cli.cli.output import Output
     from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.fileio import atomic_writer
@@ -106,6 +107,7 @@ def import_cmd(
     Values that are not UTF-8 text come back only from JSON Lines or JSON
     ({"$bytes": <base64>, "type": ...}); a CSV cell is always text.
     """
+    # lazy: kv.transfer is not loaded by `kv get --raw`
     from triggerfish_cli.kv import transfer
 
     st, out = begin(ctx, fmt, quiet)
@@ -122,8 +124,6 @@ def import_cmd(
             with path.open("rb") as handle:
                 _, items = transfer.read_import(handle, source)
         except FileNotFoundError:
-            from triggerfish_cli.errors import NotFoundError
-
             raise NotFoundError(f"{source}: no such file") from None
         except UnicodeDecodeError:
             raise InvalidDataError(f"{source}: not UTF-8 text") from None

@@ -97,6 +97,7 @@ class PgFtsIndex:
     """:class:`~triggerfish_cli.memory.index.MemoryIndex` on a Postgres store."""
 
     def __init__(self, storage: PostgresStorage) -> None:
+        # lazy: psycopg (~290 ms) is banned at module level (TID253)
         from psycopg import sql
 
         self.storage = storage
@@ -170,6 +171,7 @@ class PgFtsIndex:
         result = SearchResult(self.kind)
         seen: set[str] = set()
         offset, batch = 0, request.limit
+        # lazy: psycopg (~290 ms) is banned at module level (TID253)
         from psycopg import errors
 
         while len(result.hits) < request.limit:

@@ -35,6 +35,7 @@ from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any
 
 from triggerfish_cli.errors import BusyError, NotFoundError, TriggerfishError
+from triggerfish_cli.storage.locks import lock_file_name
 from triggerfish_cli.threads import background
 
 #: Marks lease object names; never the first character of an encoded key.
@@ -44,8 +45,6 @@ POLL_SECONDS = 0.25
 
 
 def lease_name(name: str) -> str:
-    from triggerfish_cli.storage.locks import lock_file_name
-
     return f"{LEASE_MARK}tfadmin-lock/{lock_file_name(name)}"
 
 

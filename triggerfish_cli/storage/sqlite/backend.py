@@ -62,6 +62,7 @@ class SqliteStorage(SqliteSession):
     def record_store_id(self, candidate: str) -> None:
         """Record ``candidate`` as the id unless one is there (the first one written wins):
         one short transaction through the write gate, tried again if a hiccup cut it short."""
+        # lazy: serialization adds 6 modules (json) to `kv --help`
         from triggerfish_cli.serialization import now_iso
 
         rows = [("id", candidate), ("created", now_iso())]

@@ -10,7 +10,12 @@ from pathlib import Path
 from typing import NamedTuple
 from urllib.parse import quote
 
-from triggerfish_cli.errors import BackendUnavailableError, InvalidDataError, MissingStoreError
+from triggerfish_cli.errors import (
+    BackendUnavailableError,
+    InvalidDataError,
+    MissingStoreError,
+    write_error,
+)
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite.sql import (
     CACHE_SIZE_KIB,
@@ -103,8 +108,6 @@ def _create_private(path: Path) -> None:
     except FileExistsError:
         return
     except OSError as exc:
-        from triggerfish_cli.errors import write_error
-
         raise write_error(path, exc) from exc
 
 

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import struct
+import subprocess
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Sequence
@@ -349,8 +351,6 @@ class LsofTable(ProcessTable):
 
 
 def _run(command: list[str]) -> str:
-    import subprocess
-
     try:
         result = subprocess.run(command, capture_output=True, text=True, timeout=5, check=False)
     except (OSError, subprocess.TimeoutExpired):
@@ -362,6 +362,7 @@ def _user_name(uid: int) -> str:
     if uid < 0:
         return "?"
     try:
+        # lazy: POSIX only (ImportError caught); not loaded by `kv get --raw`
         import pwd
 
         return pwd.getpwuid(uid).pw_name
@@ -373,8 +374,6 @@ def process_table() -> ProcessTable | None:
     """How this system shows processes and their files (None: it cannot)."""
     if os.path.isdir("/proc/self/fd"):
         return ProcessTable()
-    import shutil
-
     if sys.platform != "win32" and shutil.which("lsof") and shutil.which("ps"):
         return LsofTable()
     return None

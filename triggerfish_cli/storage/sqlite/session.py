@@ -248,6 +248,7 @@ class SqliteSession(BaseStorage):
 
     def lock_path(self, name: str) -> Path:
         """The lock file of ``name``, beside the database: ``<db>-tfadmin-<name>.lock``."""
+        # lazy: storage.locks (+4 modules, hashlib) is not loaded by `kv get --raw`
         from triggerfish_cli.storage.locks import lock_file_name
 
         target = self.path.resolve()
@@ -260,6 +261,7 @@ class SqliteSession(BaseStorage):
         (through any path: it is resolved) takes the same lock. The gateway
         never takes it; it only keeps our own jobs apart.
         """
+        # lazy: storage.locks (+4 modules, hashlib) is not loaded by `kv get --raw`
         from triggerfish_cli.storage.locks import file_lock
 
         return file_lock(self.lock_path(name), wait, what=f"{name} on {self.describe()}")

@@ -123,6 +123,7 @@ def _die_with_parent() -> None:
     if not sys.platform.startswith("linux"):
         return
     try:
+        # lazy: ctypes (+3 modules) only in the watchdog process, on Linux
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
@@ -140,7 +141,8 @@ class Watchdog:
     SCRIPT = Path(__file__)
 
     def __init__(self) -> None:
-        import subprocess  # only when there is someone to pause: not for every start-up
+        # lazy: the watchdog process (python -I -S) never needs subprocess (+10)
+        import subprocess
 
         self.proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(self.SCRIPT)],
@@ -189,6 +191,7 @@ class Watchdog:
         with contextlib.suppress(OSError, ValueError):
             if self.proc.stdin is not None:
                 self.proc.stdin.close()  # EOF: it resumes anything left and exits
+        # lazy: the watchdog process (python -I -S) never needs subprocess (+10)
         import subprocess
 
         try:
