@@ -29,7 +29,7 @@ def decompress_chunks(
     if compression == "zstd" and frames:
         yield from _zstd_frames(source, frames)
     elif compression == "zstd":
-        import zstandard
+        import zstandard  # lazy: a C extension only backups and restores need
 
         raw: Any = source
         reader = zstandard.ZstdDecompressor().stream_reader(
@@ -97,7 +97,7 @@ def _zstd_frames(
     here, in order). Frames are decompressed into a few buffers used over and
     over: fresh 8 MiB outputs would cost a page fault per 4 KiB.
     """
-    import zstandard
+    import zstandard  # lazy: a C extension only backups and restores need
 
     local = threading.local()
     free: list[bytearray] = []
@@ -172,7 +172,7 @@ def _zstd_frames(
 def _content_size(data: bytes) -> int:
     """The content size a zstd frame's header gives (-1: none, or not a frame: the
     stream decompression then says what is wrong with it)."""
-    import zstandard
+    import zstandard  # lazy: a C extension only backups and restores need
 
     try:
         return int(zstandard.frame_content_size(data))

@@ -154,7 +154,7 @@ class ZstdFrames:
     FRAME = 8 << 20
 
     def __init__(self, level: int, threads: int) -> None:
-        import zstandard
+        import zstandard  # lazy: a C extension only backups and restores need
 
         self._local = threading.local()
         self._level = level
