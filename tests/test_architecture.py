@@ -514,7 +514,6 @@ OVERSIZED: dict[str, int] = {
     "cli/reference.py": 371,
     "demo.py": 652,
     "memory/records.py": 594,
-    "storage/sqlite/fts.py": 664,
     "storage/sqlite/write_gate.py": 854,
 }
 
