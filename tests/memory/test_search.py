@@ -352,7 +352,7 @@ def _reference_order(path: Path, text: str, agent: str | None) -> list[str]:
     which of key, content and tags it matches (bm25 of one column, < 0) and their
     lengths in tokens, then storage key, then rowid (the slow way: all in Python)."""
     from triggerfish_cli.memory.index import column_sizes, rank_score
-    from triggerfish_cli.storage.sqlite.fts import COLUMN_WEIGHTS
+    from triggerfish_cli.storage.sqlite.fts_search import COLUMN_WEIGHTS
 
     conn = sqlite3.connect(path)
     flags = ", ".join(f"bm25(memory_fts, {w}) < 0" for w in COLUMN_WEIGHTS)
@@ -381,7 +381,7 @@ def test_the_order_is_every_rows_own_score_then_storage_key(
     cut, so each later window must skip exactly what was given), rows that match
     in their key or tags alone, and raw queries
     (bm25 for all three columns) agree with plain ones."""
-    from triggerfish_cli.storage.sqlite import fts as memory_fts
+    from triggerfish_cli.storage.sqlite import fts_search as memory_fts
 
     monkeypatch.setattr(memory_fts, "WINDOW", window)
     rows: dict[str, str] = {}
