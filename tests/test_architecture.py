@@ -702,9 +702,7 @@ LAZY_IMPORTS_TO_AUDIT: dict[str, int] = {
     "memory/records.py": 2,
     "migrate/run.py": 1,
     "status.py": 7,
-    "storage/postgres/backend.py": 15,
-    "storage/s3/backend.py": 10,
-    "storage/sqlite/fts.py": 2,
+    "storage/postgres/backend.py": 2,
     "storage/sqlite/write_gate.py": 1,
 }
 

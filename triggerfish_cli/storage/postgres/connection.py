@@ -100,6 +100,7 @@ class PostgresConnection(BaseStorage):
     _server: str
 
     def _connect(self, dsn: str, connect_timeout: int | None) -> psycopg.Connection[Any]:
+        # lazy: psycopg, loaded only when a Postgres store is used
         import psycopg
         from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -153,6 +154,7 @@ class PostgresConnection(BaseStorage):
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
+        # lazy: psycopg, loaded only when a Postgres store is used
         import psycopg
 
         try:
@@ -161,6 +163,7 @@ class PostgresConnection(BaseStorage):
             raise self._translate(exc, what) from exc
 
     def _translate(self, exc: Exception, what: str) -> TriggerfishError:
+        # lazy: psycopg, loaded only when a Postgres store is used
         import psycopg
         from psycopg import errors
 
@@ -206,6 +209,7 @@ class PostgresConnection(BaseStorage):
     @contextmanager
     def _pipeline(self) -> Iterator[None]:
         """libpq pipeline mode (one round trip for many statements) where libpq has it."""
+        # lazy: psycopg, loaded only when a Postgres store is used
         import psycopg
 
         if psycopg.Pipeline.is_supported():

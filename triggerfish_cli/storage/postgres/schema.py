@@ -36,6 +36,7 @@ class PostgresSchema(PostgresConnection):
                     "(it has no kv table)",
                     hint="check storage.schema; `migrate --to` makes a store there",
                 )
+            # lazy: psycopg, loaded only when a Postgres store is used
             from psycopg import sql
 
             schema = sql.Identifier(self.schema).as_string(conn).replace("%", "%%")
@@ -73,6 +74,7 @@ class PostgresSchema(PostgresConnection):
             )
 
     def _id_table(self) -> tuple[str, str]:
+        # lazy: psycopg, loaded only when a Postgres store is used
         from psycopg import sql
 
         name = sql.Identifier(self.schema, ID_TABLE).as_string(self.connection)

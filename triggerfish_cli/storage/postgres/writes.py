@@ -31,6 +31,7 @@ class PostgresWrites(PostgresConnection):
     def _ensure_stage(self) -> bool:
         """The session's staging table for bulk upserts; False without TEMP privilege."""
         if self._stage_ready is None:
+            # lazy: psycopg, loaded only when a Postgres store is used
             from psycopg import errors
 
             try:
@@ -54,6 +55,7 @@ class PostgresWrites(PostgresConnection):
         if len(staged) < COPY_THRESHOLD:
             self._upsert(staged)
             return len(staged)
+        # lazy: psycopg, loaded only when a Postgres store is used
         from psycopg import errors
 
         with self.errors("write"):

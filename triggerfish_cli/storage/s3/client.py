@@ -68,6 +68,7 @@ class S3Connection(BaseStorage):
         read_timeout: int,
         attempts: int,
     ) -> Any:
+        # lazy: boto3/botocore, loaded only when S3 is used
         import boto3
         from botocore.config import Config
 
@@ -98,6 +99,7 @@ class S3Connection(BaseStorage):
 
     @contextmanager
     def errors(self, what: str) -> Iterator[None]:
+        # lazy: boto3/botocore, loaded only when S3 is used
         from botocore import exceptions
 
         try:
