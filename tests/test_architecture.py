@@ -510,7 +510,6 @@ OVERSIZED: dict[str, int] = {
     "cli/app.py": 439,
     "cli/memory/records.py": 259,
     "cli/reference.py": 371,
-    "memory/records.py": 594,
     "storage/postgres/backend.py": 802,
     "storage/s3/backend.py": 716,
     "storage/sqlite/fts.py": 664,
