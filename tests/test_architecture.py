@@ -509,7 +509,6 @@ OVERSIZED: dict[str, int] = {
     "backup/create.py": 512,
     "cli/app.py": 439,
     "cli/memory/records.py": 259,
-    "cli/reference.py": 371,
     "storage/postgres/backend.py": 802,
     "storage/s3/backend.py": 716,
     "storage/sqlite/fts.py": 664,

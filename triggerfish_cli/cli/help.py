@@ -45,8 +45,8 @@ def help_cmd(
 ) -> None:
     """Show help for a command, or the whole command tree as JSON (also with -f json)."""
     from triggerfish_cli import PROG
+    from triggerfish_cli.cli.command_tree import command_tree, root_command
     from triggerfish_cli.cli.context import state
-    from triggerfish_cli.cli.reference import command_tree, root_command
 
     as_json = as_json or state(ctx).fmt in ("json", "jsonl")
     node = root_command()
