@@ -508,7 +508,6 @@ OVERSIZED: dict[str, int] = {
     "backup/archive.py": 860,
     "backup/create.py": 512,
     "cli/app.py": 439,
-    "cli/memory/records.py": 259,
     "storage/postgres/backend.py": 802,
     "storage/s3/backend.py": 716,
     "storage/sqlite/fts.py": 664,
