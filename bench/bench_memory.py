@@ -158,6 +158,7 @@ def bench_reindex(path: object) -> None:
 def bench_list(path: object, repeat: int) -> None:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory import keys as memory_keys
+    from triggerfish_cli.memory import listing
     from triggerfish_cli.memory import records as memory
     from triggerfish_cli.storage.provider import prefix_upper_bound
     from triggerfish_cli.storage.sqlite.backend import SqliteStorage
@@ -185,7 +186,7 @@ def bench_list(path: object, repeat: int) -> None:
         shown = memory.list_memories(provider, taint=Level.PUBLIC, agent=agent, limit=10)
         ours.append(time.perf_counter() - started)
         started = time.perf_counter()
-        memory._first_of_agent(provider, taint=Level.RESTRICTED, agent=agent, tag=None, limit=10)
+        listing._first_of_agent(provider, taint=Level.RESTRICTED, agent=agent, tag=None, limit=10)
         merged.append(time.perf_counter() - started)
     assert len(shown.records) == 10
     started = time.perf_counter()

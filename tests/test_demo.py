@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.gateway import dump_tables
-from triggerfish_cli import demo, namespaces
+from triggerfish_cli import demo, demo_random, namespaces
 from triggerfish_cli import demo_conversations as dc
 from triggerfish_cli.serialization import to_iso
 
@@ -311,7 +311,7 @@ def test_sessions_taint_follows_their_history(big: dict[str, str]) -> None:
         assert record["taint"] == levels[-1]
         for step, before in zip(history, levels, strict=False):
             assert step["previousLevel"] == before
-            assert demo.LEVELS.index(step["newLevel"]) > demo.LEVELS.index(before)
+            assert demo_random.LEVELS.index(step["newLevel"]) > demo_random.LEVELS.index(before)
     current = docs(big, "session-id:")
     assert current and all(f"sessions:{r['id']}" in big for r in current.values())
     main = json.loads(big["main-session-id"])

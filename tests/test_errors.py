@@ -14,7 +14,7 @@ def _subclasses(cls: type) -> list[type]:
 
 
 def test_every_error_exits_with_a_documented_status() -> None:
-    from triggerfish_cli.cli.app import Interrupted
+    from triggerfish_cli.cli.boundary import Interrupted
     from triggerfish_cli.retention.sweep import SweepInterrupted
 
     classes = [TriggerfishError, *_subclasses(TriggerfishError)]

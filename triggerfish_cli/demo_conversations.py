@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from triggerfish_cli.serialization import dumps, to_iso
 
 if TYPE_CHECKING:
-    from triggerfish_cli.demo import _Gen
+    from triggerfish_cli.demo_random import Gen
 
 LEVELS = ("PUBLIC", "INTERNAL", "CONFIDENTIAL", "RESTRICTED")
 
@@ -166,7 +166,7 @@ class _Planned:
 class Writer:
     """Appends the rows of conversations, counting keys against a budget."""
 
-    def __init__(self, g: _Gen, owner: str, rows: list[tuple[str, str]]) -> None:
+    def __init__(self, g: Gen, owner: str, rows: list[tuple[str, str]]) -> None:
         self.g = g
         self.owner = owner
         self.rows = rows

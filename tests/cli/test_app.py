@@ -63,7 +63,7 @@ def test_global_options_after_the_command(cli: CliFn, gateway_db: Path, base_dir
 def test_group_listing_matches_each_groups_help(cli: CliFn) -> None:
     import importlib
 
-    from triggerfish_cli.cli.app import GROUPS
+    from triggerfish_cli.cli.boundary import GROUPS
 
     for name, (target, listed) in GROUPS.items():
         module, _, attribute = target.partition(":")

@@ -12,7 +12,8 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.services import unavailable
-from triggerfish_cli.cli.reference import command_tree, generated_files, walk
+from triggerfish_cli.cli.command_tree import command_tree, walk
+from triggerfish_cli.cli.reference import generated_files
 from triggerfish_cli.errors import EXIT_CODES
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,7 +120,7 @@ def test_man_page_examples_are_real_commands() -> None:
     """Each EXAMPLES line names an existing command, and only options that command has."""
     import shlex
 
-    from triggerfish_cli.cli.reference import EXAMPLES
+    from triggerfish_cli.cli.manpage import EXAMPLES
 
     nodes = {node["path"]: node for node in walk(command_tree())}
     root_opts = {opt for param in nodes["triggerfish-admin"]["params"] for opt in param["opts"]}

@@ -18,7 +18,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers.services import unavailable
-from triggerfish_cli.cli.reference import command_tree, walk
+from triggerfish_cli.cli.command_tree import command_tree, walk
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from tests.helpers.gateway import memory_record
 from triggerfish_cli.classification import Level
 from triggerfish_cli.memory import keys as memory_keys
+from triggerfish_cli.memory import listing
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
@@ -73,7 +74,7 @@ def kv_rows(spec: dict[tuple[str, str, str], Any]) -> dict[str, str]:
 
 
 def check(provider: Any, taint: Level, limit: int, tag: str | None) -> None:
-    full = memory._read_all(provider, taint=taint, agent=AGENT, tag=tag, limit=0)
+    full = listing._read_all(provider, taint=taint, agent=AGENT, tag=tag, limit=0)
     limited = memory.list_memories(provider, taint=taint, agent=AGENT, tag=tag, limit=limit)
     assert limited.records == full.records[:limit]
     if limited.malformed == full.malformed:

@@ -46,8 +46,8 @@ def help_cmd(
     ] = False,
 ) -> None:
     """Show help for a command, or the whole command tree as JSON (also with -f json)."""
-    # lazy: cli.reference is not loaded by `help --help`
-    from triggerfish_cli.cli.reference import command_tree, root_command
+    # lazy: cli.command_tree is not loaded by `help --help`
+    from triggerfish_cli.cli.command_tree import command_tree, root_command
 
     as_json = as_json or state(ctx).fmt in ("json", "jsonl")
     node = root_command()

@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 from triggerfish_cli import audit
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import UsageError
+from triggerfish_cli.memory.access import audit_read, check_agent, index_of, scan_visible
 from triggerfish_cli.memory.keys import agent_prefix, visible_levels
 from triggerfish_cli.memory.record import Malformed
-from triggerfish_cli.memory.records import audit_read, check_agent, index_of, scan_visible
 from triggerfish_cli.serialization import to_iso, utc_now
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.timespec import parse_duration as parse

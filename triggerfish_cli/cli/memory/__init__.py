@@ -4,7 +4,7 @@ One module per family of commands, each registering on the group in
 common.py; importing them here, in this order, is the order of the help.
 """
 
-from triggerfish_cli.cli.memory import records, upkeep
+from triggerfish_cli.cli.memory import fulltext, records, upkeep
 from triggerfish_cli.cli.memory.common import app
 
-__all__ = ["app", "records", "upkeep"]
+__all__ = ["app", "fulltext", "records", "upkeep"]

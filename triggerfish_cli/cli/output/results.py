@@ -61,6 +61,9 @@ class Results(Messages):
         empty: str | None = None,
     ) -> int:
         """Write rows as they come, in every format. Returns the count."""
+        dropped = {column.field for column in columns if column.table_only}
+        if dropped and self.fmt != "table":
+            rows = ({k: v for k, v in row.items() if k not in dropped} for row in rows)
         if self.fmt == "json":
             return self._json_rows(rows)
         if self.fmt == "jsonl":

@@ -28,7 +28,8 @@ class Column:
     for left-aligned columns: keys, names, times, levels) is never cut,
     ``num`` (the default for right-aligned ones) neither, ``text`` (free
     text) is cut with ``…``. ``wide`` columns show only with ``--wide`` or
-    ``--columns``; ``keep`` columns are never left out.
+    ``--columns``; ``keep`` columns are never left out; ``table_only`` ones
+    are for people (a highlighted excerpt): documents leave their field out.
     """
 
     field: str
@@ -38,6 +39,7 @@ class Column:
     kind: str = ""
     wide: bool = False
     keep: bool = False
+    table_only: bool = False
 
     @property
     def is_text(self) -> bool:
