@@ -647,6 +647,8 @@ def misplaced_tests(tests: Path, package: Path) -> list[str]:
 
 def test_tests_mirror_the_domain_packages() -> None:
     assert misplaced_tests(TESTS, PACKAGE) == []
+    # and the command tests the command packages (tests/cli/backup/ for cli/backup/)
+    assert misplaced_tests(TESTS / "cli", PACKAGE / "cli") == []
 
 
 def test_the_mirror_check_finds_a_flat_domain_test(tmp_path: Path) -> None:

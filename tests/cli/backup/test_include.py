@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from tests.cli.test_backup import ROWS, contents, create
+from tests.cli.backup.test_backup import ROWS, contents, create
 from tests.conftest import CliFn, StoreHandle
 from tests.helpers.memories import MAIN, mkey, write_memory_store
 

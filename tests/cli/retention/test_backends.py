@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from tests.cli.test_retention import AS_OF, GONE
+from tests.cli.retention.test_retention import AS_OF, GONE
 from tests.conftest import CliFn, StoreHandle
 from tests.helpers import lock_holder
 from tests.helpers.gateway import GATEWAY_ROWS
