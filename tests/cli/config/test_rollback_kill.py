@@ -131,23 +131,23 @@ def test_a_failed_file_write_leaves_no_journal_and_the_file_unchanged(
     """Disk full while writing the file: one error line, the file as it was, no journal."""
     import errno
 
-    from triggerfish_cli import fileio
+    from triggerfish_cli.config import rollback
     from triggerfish_cli.errors import write_error
 
     db, config = setup
-    real = fileio.atomic_writer
+    real = rollback.atomic_writer
 
     def disk_full(*args: Any, **kwargs: Any) -> Any:
         raise write_error(args[0], OSError(errno.ENOSPC, "No space left on device"))
 
-    monkeypatch.setattr(fileio, "atomic_writer", disk_full)
+    monkeypatch.setattr(rollback, "atomic_writer", disk_full)  # the rollback's file write
     failed = cli("--db", str(db), "--config", str(config), "config", "rollback", "1", "--yes")
     assert failed.exit_code != 0, (failed.exit_code, failed.stderr)
     errors = [line for line in failed.stderr.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "No space left" in errors[0], failed.stderr
     assert config.read_text() == V2
     assert PENDING_KEY not in kv(db) and not rollbacks(db)
-    monkeypatch.setattr(fileio, "atomic_writer", real)
+    monkeypatch.setattr(rollback, "atomic_writer", real)
     done = cli("--db", str(db), "--config", str(config), "config", "rollback", "1", "--yes")
     assert done.exit_code == 0, done.stderr
     assert config.read_text() == V1 and len(rollbacks(db)) == 1
