@@ -27,6 +27,20 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (one of another user's counts): the temp files
+    here carry their writer's pid, so that a dead one's are known and removed."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # there, but not ours to signal
+    return True
+
+
 @contextlib.contextmanager
 def atomic_writer(
     path: Path,

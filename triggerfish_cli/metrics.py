@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError
+from triggerfish_cli.fileio import pid_alive
 
 PREFIX = "triggerfish_admin_"
 JOBS = (
@@ -254,16 +255,7 @@ def _remove_stale_temps(path: Path) -> None:
     """Temp files of runs killed while writing (their pid is gone)."""
     for temp in path.parent.glob(f".{path.name}.*.tmp"):
         pid = temp.name[len(path.name) + 2 : -4]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
                 temp.unlink()
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

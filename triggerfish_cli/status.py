@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import MissingStoreError, TriggerfishError
+from triggerfish_cli.fileio import pid_alive
 from triggerfish_cli.paths import BaseDir, resolve_base
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.backends import local_file, local_files
@@ -226,23 +226,11 @@ def daemon_state(path: Path) -> dict[str, Any]:
         pid = data.get("pid")
         state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
     processes = set(local_files().openers(path) or ())
-    if state["pid"] is not None and _alive(state["pid"]):
+    if state["pid"] is not None and pid_alive(state["pid"]):
         processes.add(state["pid"])
     state["processes"] = sorted(processes)
     state["running"] = bool(processes)
     return state
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True  # there, but not ours to signal
-    return True
 
 
 def last_records(

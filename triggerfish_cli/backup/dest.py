@@ -22,7 +22,7 @@ from typing import IO, Any, Protocol
 from triggerfish_cli.backup.archive import is_archive_name, read_manifest
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, UsageError, write_error
-from triggerfish_cli.fileio import atomic_writer, fsync_dir
+from triggerfish_cli.fileio import atomic_writer, fsync_dir, pid_alive
 
 MARKER_SUFFIX = ".verified"
 
@@ -251,7 +251,7 @@ def remove_stale(directory: Path) -> list[str]:
         if match is None:
             continue
         pid = int(match.group(1) or match.group(2))
-        if pid == os.getpid() or _alive(pid):
+        if pid == os.getpid() or pid_alive(pid):
             continue
         with contextlib.suppress(OSError):
             if child.is_dir():
@@ -261,12 +261,3 @@ def remove_stale(directory: Path) -> list[str]:
             removed.append(child.name)
     return removed
 
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True

@@ -32,7 +32,7 @@ from triggerfish_cli.errors import (
     TriggerfishError,
     VerificationError,
 )
-from triggerfish_cli.fileio import fsync_dir
+from triggerfish_cli.fileio import fsync_dir, pid_alive
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.backends import local_files
@@ -86,15 +86,13 @@ def scratch_path(target: Path) -> Path:
     with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside them."""
     import re
 
-    from triggerfish_cli.backup.dest import _alive
-
     pattern = re.compile(
         rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp(?:-wal|-shm|-journal)?$"
     )
     with contextlib.suppress(OSError):
         for child in target.parent.iterdir():
             match = pattern.match(child.name)
-            if match and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            if match and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))):
                 child.unlink(missing_ok=True)
     return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
 
