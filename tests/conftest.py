@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from tests.helpers.gateway import write_gateway_store
 from tests.helpers.services import S3, Postgres, postgres, s3, s3_server  # noqa: F401 - fixtures
-from triggerfish_cli.storage.sqlite import write_gate
+from triggerfish_cli.storage.sqlite import gate_modes
 
 _OUR_ENV = (
     "TRIGGERFISH_DATA_DIR",
@@ -46,7 +46,7 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     monkeypatch.setenv("NO_COLOR", "1")
     # The operator's --live-writers choice lasts for the process (one command in real
     # use); a command run in this process must not leave it to the tests after it.
-    monkeypatch.setattr(write_gate, "_chosen", None)
+    monkeypatch.setattr(gate_modes, "_chosen", None)
     return base
 
 

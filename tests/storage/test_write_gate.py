@@ -28,6 +28,9 @@ from triggerfish_cli.retention.policies import defaults
 from triggerfish_cli.retention.sweep import read_plan
 from triggerfish_cli.storage.sqlite import write_gate as write_gate_module
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
+from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer
+from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
     SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
@@ -40,7 +43,7 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     shm_readers,
     store_files,
 )
-from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, WriteGate, _Freeze
+from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, WriteGate
 
 ANCHOR = datetime(2026, 10, 1, tzinfo=timezone.utc)
 ANCHOR_ISO = "2026-10-01T00:00:00.000Z"
@@ -172,18 +175,19 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
     (its wal_autocheckpoint) inside itself: 30-40 ms of a chat message's write."""
     store = SqliteStorage(db)
     at_resume: list[tuple[int | None, bool, tuple[int, int, int]]] = []
-    resume = WriteGate._resume
+    resume = Freezer.resume
+    gate = store.gate
 
-    def look(self: WriteGate, freeze: _Freeze) -> None:
-        checkpointer = self._checkpointer
+    def look(self: Freezer, freeze: Freeze) -> None:
+        checkpointer = gate._checkpointer
         assert checkpointer is not None
         # read before the lock: a checkpoint that ends in between has its result in
         # `last` by the time it stops being active
         active = checkpointer.active
-        at_resume.append((shm_lock_holder(db, SHM_CKPT_LOCK), active, self.last_checkpoint))
+        at_resume.append((shm_lock_holder(db, SHM_CKPT_LOCK), active, gate.last_checkpoint))
         resume(self, freeze)
 
-    monkeypatch.setattr(WriteGate, "_resume", look)
+    monkeypatch.setattr(Freezer, "resume", look)
     # the mechanism, not this machine's scheduling: a thread woken within a second
     monkeypatch.setattr(write_gate_module, "CHECKPOINT_GRAB", 1.0)
     big = "x" * 3_000_000  # ~750 pages: a checkpoint with something to copy
@@ -208,7 +212,7 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
 def test_no_live_writer_means_no_freeze_and_no_watchdog(db: Path) -> None:
     store = SqliteStorage(db)
     store.set("a", "1")
-    assert store.gate.stats.freezes == 0 and store.gate._watchdog is None
+    assert store.gate.stats.freezes == 0 and store.gate.freezer.watchdog is None
     store.close()
 
 
@@ -301,8 +305,8 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
     try:
         gate = WriteGate(tmp_path / "x.db")
         impostor = LiveWriter(sleeper.pid, 12345, "gone", "root", True)
-        freeze = _Freeze(time.monotonic(), 1.0)
-        assert gate._stop(freeze, [impostor])
+        freeze = Freeze(time.monotonic(), 1.0)
+        assert gate.freezer.stop(freeze, [impostor])
         assert freeze.stopped == [] and state(sleeper.pid) != "T"
         gate.close()
     finally:
@@ -616,8 +620,6 @@ def test_killing_or_stopping_us_mid_sweep_never_leaves_the_writer_stopped(
 
 def test_a_checkpoint_that_fails_is_counted_with_its_error(tmp_path: Path) -> None:
     """A checkpoint error is not lost: the gate's stats say how many and the newest."""
-    from triggerfish_cli.storage.sqlite.write_gate import Checkpointer, GateStats
-
     broken = tmp_path / "not-a-store.db"
     broken.write_bytes(b"this is no SQLite database at all" * 200)
     stats = GateStats()

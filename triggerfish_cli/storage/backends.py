@@ -19,9 +19,9 @@ from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import postgres_section, s3_section
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.gate_modes import MODES, choose_mode
 from triggerfish_cli.storage.sqlite.local_files import LOCAL_FILES, LocalFiles
 from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
-from triggerfish_cli.storage.sqlite.write_gate import MODES, choose_mode
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup.counts import Counts, SnapshotSource

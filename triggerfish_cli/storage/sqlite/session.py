@@ -22,6 +22,7 @@ from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.provider import batched
 from triggerfish_cli.storage.sqlite.files import create_store, open_file
+from triggerfish_cli.storage.sqlite.gate_modes import mode_for
 from triggerfish_cli.storage.sqlite.live_writers import LiveWriter, live_writers
 from triggerfish_cli.storage.sqlite.sql import (
     DEFAULT_BUSY_TIMEOUT_MS,
@@ -33,7 +34,7 @@ from triggerfish_cli.storage.sqlite.sql import (
     range_clause,
     translate_error,
 )
-from triggerfish_cli.storage.sqlite.write_gate import WriteGate, mode_for, retried
+from triggerfish_cli.storage.sqlite.write_gate import WriteGate, retried
 
 
 class SqliteSession(BaseStorage):

@@ -28,6 +28,9 @@ transaction this tool makes on a SQLite store passes through
    then, with everyone running again, make the commit durable (fsync of the
    WAL) while the checkpoint goes on.
 
+Stopping and resuming the writers is :mod:`freezer`'s work; the checkpoints
+after our commits :mod:`checkpointer`'s; the modes :mod:`gate_modes`'.
+
 The watchdog (:mod:`triggerfish_cli.storage.sqlite.watchdog`) is a process of its own,
 in its own session, started before the first freeze: it resumes every frozen
 process the moment we die for any reason (kill -9 included) and whenever a
@@ -51,114 +54,26 @@ control.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import random
-import signal
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import ClassVar, TypeVar
 
-from triggerfish_cli import threads
-from triggerfish_cli.errors import BusyError, UsageError
+from triggerfish_cli.errors import BusyError
+from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
+from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer, signals_held
+from triggerfish_cli.storage.sqlite.gate_modes import DEFAULT_MODE, check_mode
+from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
-    GONE,
-    SHM_CKPT_LOCK,
     SHM_WRITE_LOCK,
-    STOPPED,
     LiveWriter,
     describe_writers,
-    live_writers,
-    process_table,
     shm_lock_holder,
-    shm_readers,
     store_files,
-    writer_of,
 )
-from triggerfish_cli.storage.sqlite.watchdog import Watchdog
-from triggerfish_cli.threads import background
-
-MODES = ("freeze", "refuse", "ignore")
-DEFAULT_MODE = "freeze"
-MODE_ENV = "TRIGGERFISH_LIVE_WRITERS"
-
-HELD_SIGNALS = threads.HELD_SIGNALS
-
-
-def check_mode(value: str, where: str = "--live-writers") -> str:
-    if value not in MODES:
-        raise UsageError(f"{where}: {value!r} is not one of {', '.join(MODES)}")
-    return value
-
-
-#: The mode the operator chose for this process (--live-writers or its
-#: environment variable), which overrides a ``storage: live_writers`` setting.
-_chosen: str | None = None
-
-
-def choose_mode(mode: str | None) -> None:
-    """Set (or, with None, forget) the operator's choice for every store this process opens."""
-    global _chosen
-    _chosen = None if mode is None else check_mode(mode)
-
-
-def mode_for(setting: str | None) -> str:
-    """The mode a store opens with: the operator's choice, else its setting, else freeze."""
-    return _chosen or setting or DEFAULT_MODE
-
-
-@dataclass
-class GateStats:
-    """What the gate did during one provider's life (for results, metrics and benches)."""
-
-    transactions: int = 0
-    #: Transactions that froze live writers.
-    freezes: int = 0
-    frozen_seconds: float = 0.0
-    longest_freeze: float = 0.0
-    #: Times a writer was met inside its own transaction (a try given up, or a wait for
-    #: its write lock to be free).
-    busy_retries: int = 0
-    #: Tries given up because a writer did not stop in time.
-    stop_timeouts: int = 0
-    #: Freezes the watchdog ended (a deadline passed).
-    watchdog_resumes: int = 0
-    #: Transactions rolled back because they would have outlasted the cap.
-    cut_short: int = 0
-    #: Seconds between BEGIN and the end of COMMIT, frozen transactions only.
-    held_seconds: float = 0.0
-    #: --live-writers ignore: seconds we held the write lock while live writers had
-    #: the store open, unpaused (their writes could fail in that window).
-    exposed_seconds: float = 0.0
-    #: Checkpoints after our commits that raised (the next commit's tries again),
-    #: and the newest such error: a WAL that is not kept short says why here.
-    checkpoint_errors: int = 0
-    checkpoint_error: str | None = None
-    writers: set[int] = field(default_factory=set)
-    started: float = field(default_factory=time.monotonic)
-
-    def as_dict(self) -> dict[str, Any]:
-        elapsed = max(time.monotonic() - self.started, 1e-9)
-        return {
-            "transactions": self.transactions,
-            "freezes": self.freezes,
-            "frozen_seconds": round(self.frozen_seconds, 4),
-            "longest_freeze_ms": round(self.longest_freeze * 1000, 1),
-            "frozen_share": round(min(self.frozen_seconds / elapsed, 1.0), 4),
-            "held_seconds": round(self.held_seconds, 4),
-            "exposed_seconds": round(self.exposed_seconds, 4),
-            "busy_retries": self.busy_retries,
-            "stop_timeouts": self.stop_timeouts,
-            "watchdog_resumes": self.watchdog_resumes,
-            "cut_short": self.cut_short,
-            "checkpoint_errors": self.checkpoint_errors,
-            "checkpoint_error": self.checkpoint_error,
-            "live_writers": len(self.writers),
-        }
 
 
 class FreezeTooLong(BusyError):
@@ -196,161 +111,6 @@ def retried(work: Callable[[], T], attempts: int = ATTEMPTS) -> T:
     raise AssertionError("unreachable")
 
 
-# -- the gate ------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Hold back the signals that would stop or end us during a freeze (main thread, Unix).
-
-    Two layers: the signals are blocked in this thread, and their Python
-    handlers are swapped for one that only notes them (a signal the kernel
-    hands to another thread of ours still runs its handler here, in the main
-    thread). After the freeze the real handlers are back and each signal
-    noted is raised again: Ctrl-C, Ctrl-Z and kill land with everyone running.
-    """
-    if not hasattr(signal, "pthread_sigmask") or (
-        threading.current_thread() is not threading.main_thread()
-    ):
-        yield
-        return
-    noted: list[int] = []
-
-    def note(signum: int, frame: object) -> None:
-        noted.append(signum)
-
-    handlers = {signum: signal.signal(signum, note) for signum in HELD_SIGNALS}
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        for number in dict.fromkeys(noted):
-            signal.raise_signal(number)
-
-
-class Checkpointer:
-    """PASSIVE WAL checkpoints in a thread of their own, one after each commit of ours.
-
-    PASSIVE never waits for and never blocks the gateway; run the moment the
-    paused writers run again, it takes SQLite's checkpoint lock before the
-    gateway's next commit would run an automatic checkpoint of our pages, and
-    it keeps the WAL short. Pokes while one runs are folded into the next.
-    """
-
-    def __init__(self, db: Path, stats: GateStats | None = None) -> None:
-        from urllib.parse import quote
-
-        self.db = db
-        #: Where a failed checkpoint is counted (GateStats.checkpoint_errors).
-        self.stats = stats if stats is not None else GateStats()
-        self.uri = f"file:{quote(os.path.realpath(db))}?mode=rw"
-        self.last: tuple[int, int, int] = (0, 0, 0)
-        self._wake = threading.Condition()
-        self._opened = threading.Event()
-        self._pending = False
-        self._running = False
-        self._stop = False
-        self._thread = background(self._run, name="tfadmin-checkpoint")
-
-    def poke(self) -> None:
-        with self._wake:
-            self._pending = True
-            self._wake.notify_all()
-
-    def start(self, timeout: float) -> None:
-        """Start a checkpoint and return once it holds SQLite's checkpoint lock (or ended).
-
-        Called while the live writers are still paused, just after our commit:
-        the writer that runs first afterwards would otherwise run the automatic
-        checkpoint of all our pages inside its own commit (its default
-        ``wal_autocheckpoint``), which made that write take 30-40 ms. With
-        ours holding the lock, theirs is skipped. Waits at most ``timeout``.
-        """
-        self.poke()
-        me = os.getpid()
-        until = time.monotonic() + timeout
-        while time.monotonic() < until:
-            if shm_lock_holder(self.db, SHM_CKPT_LOCK) == me or not self.active:
-                return  # holding the lock, or already over
-            time.sleep(0.0001)
-
-    def wait(self, timeout: float) -> None:
-        until = time.monotonic() + timeout
-        with self._wake:
-            while (self._pending or self._running) and not self._stop:
-                left = until - time.monotonic()
-                if left <= 0:
-                    return
-                self._wake.wait(left)
-
-    @property
-    def active(self) -> bool:
-        """A checkpoint is asked for or under way (its result not yet in :attr:`last`)."""
-        with self._wake:
-            return self._pending or self._running
-
-    def ready(self, timeout: float) -> None:
-        """Wait (at most ``timeout``) until the thread has its connection open."""
-        self._opened.wait(timeout)
-
-    def _run(self) -> None:
-        try:
-            conn = sqlite3.connect(self.uri, uri=True, isolation_level=None, timeout=0)
-        except sqlite3.Error as exc:
-            conn = None
-            self._failed(exc)
-        finally:
-            self._opened.set()
-        try:
-            while True:
-                with self._wake:
-                    while not self._pending and not self._stop:
-                        self._wake.wait()
-                    if self._stop:
-                        return
-                    self._pending, self._running = False, True
-                try:
-                    if conn is not None:
-                        row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-                        if row:
-                            self.last = (int(row[0]), int(row[1]), int(row[2]))
-                except sqlite3.Error as exc:
-                    self._failed(exc)  # the next commit's checkpoint tries again
-                finally:
-                    with self._wake:
-                        self._running = False
-                        self._wake.notify_all()
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _failed(self, exc: sqlite3.Error) -> None:
-        self.stats.checkpoint_errors += 1
-        self.stats.checkpoint_error = f"{type(exc).__name__}: {exc}"
-
-    def close(self) -> None:
-        self.wait(5.0)
-        with self._wake:
-            self._stop = True
-            self._wake.notify_all()
-        self._thread.join(timeout=10)
-
-
-class _Freeze:
-    """One freeze: what we stopped, since when, and the cap of its transaction."""
-
-    def __init__(self, started: float, cap: float) -> None:
-        self.started = started
-        self.cap_at = started + cap
-        self.stopped: list[LiveWriter] = []
-        #: When every writer was seen stopped: a writer inside a system call (its
-        #: fsync) goes on until it returns, and was not paused before.
-        self.all_stopped: float | None = None
-
-
 class WriteGate:
     """Every write transaction on one SQLite store (see the module docstring)."""
 
@@ -380,11 +140,9 @@ class WriteGate:
         self.min_rest = min_rest
         self.patience = busy_timeout_ms / 1000 if patience is None else patience
         self.stats = GateStats()
-        self.table = process_table()
-        self._watchdog: Watchdog | None = None
-        self._lock_fd: int | None = None
+        #: Who has the store open, and the stopping and resuming of them.
+        self.freezer = Freezer(db, self.stats, deadline=deadline, stop_timeout=stop_timeout)
         self._wal_fd: int | None = None
-        self._known: set[int] = set()
         self._resumed_at = 0.0
         self._last_freeze = 0.0
         self._reading_since: float | None = None  # a stopped writer seen mid-write since
@@ -403,15 +161,7 @@ class WriteGate:
     # -- who is there ----------------------------------------------------------------
 
     def writers(self) -> list[LiveWriter]:
-        if self.table is not None:
-            self._known = self.table.pids()
-        found = [
-            writer
-            for writer in live_writers(self.db, self.table)
-            if self._watchdog is None or writer.pid != self._watchdog.pid
-        ]
-        self.stats.writers.update(writer.pid for writer in found)
-        return found
+        return self.freezer.writers()
 
     def will_freeze(self) -> bool:
         """Whether a write now would pause someone (for sizing a job's first batch)."""
@@ -435,7 +185,7 @@ class WriteGate:
                 hint="run triggerfish-admin where the gateway runs, as its user, "
                 "or stop the gateway first",
             )
-        if self.table is None:
+        if self.freezer.table is None:
             raise BusyError(
                 f"{self.db}: the store is open by another process, and this system cannot "
                 "pause it; nothing was written",
@@ -544,28 +294,28 @@ class WriteGate:
         if left > 0:
             time.sleep(left)
 
-    def _freeze(self, conn: sqlite3.Connection, writers: Sequence[LiveWriter]) -> _Freeze | None:
+    def _freeze(self, conn: sqlite3.Connection, writers: Sequence[LiveWriter]) -> Freeze | None:
         """Stop ``writers`` and take the write lock; None when this try must be given up."""
-        assert self.table is not None
+        freezer = self.freezer
         if shm_lock_holder(self.db, SHM_WRITE_LOCK) is not None:
             self.stats.busy_retries += 1
             self._busy = True
             return None  # a writer is inside its own transaction: let it finish first
-        if not self._gate_lock():
+        freeze = freezer.begin(self.cap)
+        if freeze is None:
             return None  # another process of ours is freezing right now
-        freeze = _Freeze(time.monotonic(), self.cap)
         try:
-            if not self._stop(freeze, writers):
-                self._abandon(freeze)
+            if not freezer.stop(freeze, writers):
+                freezer.end(freeze)
                 return None
-            late = self._late_openers(writers)
-            if late and not self._stop(freeze, late):
-                self._abandon(freeze)
+            late = freezer.late_openers(writers)
+            if late and not freezer.stop(freeze, late):
+                freezer.end(freeze)
                 return None
             if self._mid_write(freeze):
                 self.stats.busy_retries += 1
                 self._busy = True
-                self._abandon(freeze)  # thawed: it takes its write lock, or ends its read
+                freezer.end(freeze)  # thawed: it takes its write lock, or ends its read
                 return None
             conn.execute("PRAGMA busy_timeout=0")
             try:
@@ -575,18 +325,18 @@ class WriteGate:
                     raise
                 self.stats.busy_retries += 1
                 self._busy = True
-                self._abandon(freeze)  # thawed: it finishes its transaction while we poll
+                freezer.end(freeze)  # thawed: it finishes its transaction while we poll
                 return None
             finally:
                 conn.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
         except BaseException:
-            self._abandon(freeze)
+            freezer.end(freeze)
             raise
         return freeze
 
-    def _mid_write(self, freeze: _Freeze) -> bool:
+    def _mid_write(self, freeze: Freeze) -> bool:
         """A stopped writer holds a read snapshot, and has not yet for ``READ_GRACE``."""
-        if not freeze.stopped or not self._reading(freeze):
+        if not freeze.stopped or not self.freezer.reading(freeze):
             self._reading_since = None
             return False
         now = time.monotonic()
@@ -597,98 +347,8 @@ class WriteGate:
         self._reading_since = None  # a reader's long snapshot: it will not write from it
         return False
 
-    def _reading(self, freeze: _Freeze) -> bool:
-        """Whether one of the stopped writers holds a read snapshot: each one's own lock
-        list where it can be read (a fraction of a millisecond), else the machine's."""
-        assert self.table is not None
-        shm = store_files(self.db)[2]
-        unknown = []
-        for writer in freeze.stopped:
-            holds = self.table.holds_read_mark(writer.pid, shm)
-            if holds:
-                return True
-            if holds is None:
-                unknown.append(writer.pid)
-        if not unknown:
-            return False
-        readers = shm_readers(self.db)
-        return bool(readers and readers.intersection(unknown))
-
-    def _stop(self, freeze: _Freeze, writers: Sequence[LiveWriter]) -> bool:
-        """SIGSTOP ``writers`` (registered with the watchdog first); wait for every thread."""
-        assert self.table is not None
-        targets = []
-        for writer in writers:
-            state, start = self.table.status(writer.pid)
-            if writer.start and start != writer.start:
-                continue  # gone, or the pid now belongs to another process
-            if state is None or state in STOPPED or state in GONE:
-                continue  # gone, or stopped by someone else: theirs to resume, not ours
-            targets.append(writer)
-        if not targets:
-            return True
-        watchdog = self._watchdog_ready()
-        watchdog.guard(
-            freeze.started + self.deadline,
-            [(writer.pid, writer.start) for writer in (*freeze.stopped, *targets)],
-        )
-        for writer in targets:
-            try:
-                os.kill(writer.pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                continue
-            freeze.stopped.append(writer)
-        until = time.monotonic() + self.stop_timeout
-        pending = [writer.pid for writer in targets]
-        while pending:
-            pending = [pid for pid in pending if not self.table.stopped(pid)]
-            if not pending:
-                break
-            if time.monotonic() >= until:
-                self.stats.stop_timeouts += 1
-                return False
-            time.sleep(0.0002)
-        if freeze.all_stopped is None:
-            freeze.all_stopped = time.monotonic()
-        return True
-
-    def _late_openers(self, writers: Sequence[LiveWriter]) -> list[LiveWriter]:
-        """Processes started since the scan that have the store open (checked while frozen:
-        a listing of /proc, and the descriptors of the new processes only)."""
-        assert self.table is not None
-        known = {writer.pid for writer in writers} | {os.getpid()}
-        if self._watchdog is not None:
-            known.add(self._watchdog.pid)
-        candidates = self.table.pids() - self._known - known
-        new = set(self.table.openers(candidates, store_files(self.db))) if candidates else set()
-        if not new:
-            return []
-        late = [writer_of(self.table, pid) for pid in sorted(new)]
-        if self._watchdog is not None:
-            late = [writer for writer in late if writer.pid != self._watchdog.pid]
-        if any(not writer.may_signal for writer in late):
-            return []  # cannot stop it; BEGIN may still succeed, and it is refused next time
-        return late
-
-    def _abandon(self, freeze: _Freeze) -> None:
-        self._resume(freeze)
-        self._release_gate_lock()
-        return None
-
-    def _resume(self, freeze: _Freeze) -> None:
-        for writer in freeze.stopped:
-            table = self.table
-            if writer.start and table is not None and table.start_time(writer.pid) != writer.start:
-                continue
-            with contextlib.suppress(OSError):
-                os.kill(writer.pid, signal.SIGCONT)
-        if freeze.stopped and self._watchdog is not None:
-            with contextlib.suppress(OSError, ValueError):
-                self._watchdog.released()
-
-    def _thaw(self, freeze: _Freeze) -> None:
-        self._resume(freeze)
-        self._release_gate_lock()
+    def _thaw(self, freeze: Freeze) -> None:
+        self.freezer.end(freeze)
         now = time.monotonic()
         # how long the gateway was paused (to within the 0.2 ms of a look at it)
         held = now - (freeze.all_stopped or freeze.started)
@@ -697,13 +357,12 @@ class WriteGate:
             self.stats.freezes += 1
             self.stats.frozen_seconds += held
             self.stats.longest_freeze = max(self.stats.longest_freeze, held)
-            if self._watchdog is not None:
-                self.stats.watchdog_resumes += self._watchdog.fired()
+            self.stats.watchdog_resumes += self.freezer.watchdog_resumes()
             if self.on_freeze is not None:
                 self.on_freeze(held, len(freeze.stopped))
 
     @contextlib.contextmanager
-    def _capped(self, conn: sqlite3.Connection, freeze: _Freeze) -> Iterator[None]:
+    def _capped(self, conn: sqlite3.Connection, freeze: Freeze) -> Iterator[None]:
         """Interrupt the statements (rolled back) when the freeze reaches its cap."""
         cut = [False]
 
@@ -800,38 +459,6 @@ class WriteGate:
 
     # -- plumbing ---------------------------------------------------------------------
 
-    def _watchdog_ready(self) -> Watchdog:
-        if self._watchdog is None or not self._watchdog.alive():
-            if self._watchdog is not None:
-                self._watchdog.close()
-            try:
-                self._watchdog = Watchdog()
-            except OSError as exc:
-                raise BusyError(
-                    f"{self.db}: cannot start the write gate's watchdog ({exc}); nothing "
-                    "was written",
-                    hint="stop the gateway first, or --live-writers ignore",
-                ) from None
-        return self._watchdog
-
-    def _gate_lock(self) -> bool:
-        if self._lock_fd is None:
-            path = os.path.realpath(self.db) + "-tfadmin-gate.lock"
-            try:
-                self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            except OSError:
-                return True  # a read-only directory: no other process of ours can write either
-        try:
-            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            return False
-        return True
-
-    def _release_gate_lock(self) -> None:
-        if self._lock_fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
-
     def _wal(self) -> int | None:
         if self._wal_fd is None:
             # SQLite takes no POSIX lock on the WAL itself, so this descriptor may close.
@@ -843,12 +470,8 @@ class WriteGate:
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
-        if self._watchdog is not None:
-            self._watchdog.close()
-            self._watchdog = None
-        for name in ("_lock_fd", "_wal_fd"):
-            fd = getattr(self, name)
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-                setattr(self, name, None)
+        self.freezer.close()
+        if self._wal_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._wal_fd)
+            self._wal_fd = None
