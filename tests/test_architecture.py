@@ -667,7 +667,6 @@ def test_the_mirror_check_finds_a_flat_domain_test(tmp_path: Path) -> None:
 #: leave this table. Every other module explains each of them with a ``# lazy:`` comment
 #: (an import cycle, or a start-up cost measured with ``python -X importtime``).
 LAZY_IMPORTS_TO_AUDIT: dict[str, int] = {
-    "backup/archive.py": 1,
     "backup/load.py": 16,
     "backup/physical.py": 2,
     "backup/stores.py": 3,
@@ -691,10 +690,8 @@ LAZY_IMPORTS_TO_AUDIT: dict[str, int] = {
     "cli/output/results.py": 2,
     "cli/status.py": 5,
     "locations.py": 3,
-    "memory/records.py": 1,
     "migrate/run.py": 1,
     "status.py": 7,
-    "storage/postgres/backend.py": 2,
 }
 
 

@@ -164,6 +164,7 @@ def open_sealed(
 
     Damage is exit 5; a key that opens none of it, exit 4 (backup_crypt.unseal).
     """
+    # lazy: backup/crypt.py costs ~6 ms to import (-X importtime); plain archives never need it
     from triggerfish_cli.backup.crypt import unseal
 
     sealed = read_range(outer.payload_bytes, outer.sealed_bytes)

@@ -37,6 +37,7 @@ from triggerfish_cli.memory.changes import (
     delete_memory,
     save_memory,
 )
+from triggerfish_cli.memory.index import SearchRequest
 from triggerfish_cli.memory.keys import PREFIX, split_key, storage_key
 from triggerfish_cli.memory.listing import Listing, list_memories
 from triggerfish_cli.memory.record import MemoryRecord, disagreement, parse_record
@@ -204,7 +205,6 @@ def search(
     limit: int = 10,
 ) -> SearchResult:
     """Full-text search at a taint; hits agree with get (see ``memory_index``)."""
-    from triggerfish_cli.memory.index import SearchRequest
 
     if agent is not None:
         check_agent(agent)

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.postgres.connection import under
+from triggerfish_cli.storage.postgres.lock import advisory_lock
 from triggerfish_cli.storage.postgres.schema import NoStoreError, PostgresSchema
 from triggerfish_cli.storage.postgres.stats import PostgresStats
 from triggerfish_cli.storage.postgres.writes import COPY_THRESHOLD, PostgresWrites, check_text
@@ -90,6 +91,7 @@ class PostgresStorage(PostgresSchema, PostgresWrites, PostgresStats):
         self._conn = self._connect(dsn, connect_timeout)
         self._server = self._describe_server()
         try:
+            # lazy: psycopg (~60 ms) is imported once a Postgres store is opened (module doc)
             from psycopg import sql
 
             self.table = sql.Identifier(self.schema, "kv").as_string(self._conn)
@@ -216,8 +218,6 @@ class PostgresStorage(PostgresSchema, PostgresWrites, PostgresStats):
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
         """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.postgres.lock`)."""
-        from triggerfish_cli.storage.postgres.lock import advisory_lock
-
         def connect() -> psycopg.Connection[Any]:
             return self._connect(self._dsn, self._connect_timeout)
 
