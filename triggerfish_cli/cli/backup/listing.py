@@ -15,11 +15,7 @@ from triggerfish_cli.cli.backup.options import (
     this_store,
 )
 from triggerfish_cli.cli.backup.output import show_entries
-from triggerfish_cli.cli.context import state
-from triggerfish_cli.cli.options import (
-    FormatOpt,
-    fmt_value,
-)
+from triggerfish_cli.cli.options import FormatOpt, begin
 
 
 @app.command("list")
@@ -35,7 +31,7 @@ def list_cmd(
     Each backup names the store it was made of (its id, else its host and
     path); --all-stores lists every store's, grouped by store.
     """
-    st = state(ctx)
+    st, out = begin(ctx, fmt)
     store = None if all_stores else this_store(st)
     dest = destination(source, endpoint_url)
     listed = dest.entries()
@@ -46,4 +42,4 @@ def list_cmd(
         where = f"{where} of {store.describe()}" + (
             f" ({others} of other stores: --all-stores)" if others else ""
         )
-    show_entries(st.output(fmt_value(fmt)), entries, where)
+    show_entries(out, entries, where)
