@@ -673,7 +673,6 @@ LAZY_IMPORTS_TO_AUDIT: dict[str, int] = {
     "backup/load.py": 16,
     "backup/physical.py": 2,
     "backup/stores.py": 3,
-    "cli/app.py": 5,
     "cli/backup/create.py": 4,
     "cli/backup/diff.py": 8,
     "cli/backup/keygen.py": 2,
