@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,6 +14,7 @@ from triggerfish_cli.cli.boundary import BoundaryGroup
 from triggerfish_cli.cli.context import state
 from triggerfish_cli.cli.options import Format
 from triggerfish_cli.cli.typer_compat import ParameterSource
+from triggerfish_cli.threads import HELD_SIGNALS
 
 app = typer.Typer(
     name=PROG,
@@ -26,12 +28,14 @@ app = typer.Typer(
 
 
 def _complete_backend(incomplete: str) -> list[str]:
+    # lazy: storage.backends adds 33 modules (sqlite3) to `--help`
     from triggerfish_cli.storage.backends import known_backends
 
     return [name for name in known_backends() if name.startswith(incomplete)]
 
 
 def _complete_live_writers(incomplete: str) -> list[str]:
+    # lazy: storage.backends adds 33 modules (sqlite3) to `--help`
     from triggerfish_cli.storage.backends import LIVE_WRITER_MODES
 
     return [mode for mode in LIVE_WRITER_MODES if mode.startswith(incomplete)]
@@ -167,6 +171,7 @@ def root(
     8 invalid data or config, 9 cannot write (disk full, read-only),
     130 interrupted.
     """
+    # lazy: storage.backends adds 33 modules (sqlite3) to `--help`
     from triggerfish_cli.storage.backends import choose_live_writers
 
     choose_live_writers(live_writers)
@@ -199,9 +204,5 @@ def _unblock_held_signals() -> None:
     would never land. Ignored signals (``nohup``, a shell's background job)
     stay ignored: only the mask is reset.
     """
-    import signal
-
-    from triggerfish_cli.threads import HELD_SIGNALS
-
     if hasattr(signal, "pthread_sigmask"):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, HELD_SIGNALS)

@@ -11,6 +11,7 @@ from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.options import FormatOpt, begin, fmt_value
 from triggerfish_cli.cli.output import Output
 from triggerfish_cli.cli.output.text import Column, human_bytes
+from triggerfish_cli.errors import MissingStoreError, TriggerfishError, UsageError
 
 HELP = (
     "Which store am I on, and who else is on it. Reads only.\n\n"
@@ -108,7 +109,7 @@ def status_cmd(
     backups: BackupsOpt = None,
     endpoint_url: EndpointOpt = None,
 ) -> None:
-    from triggerfish_cli.errors import MissingStoreError, UsageError
+    # lazy: triggerfish_cli.status adds 1 module to `status --help`
     from triggerfish_cli.status import collect
 
     st, out = begin(ctx, fmt)
@@ -225,6 +226,7 @@ def _newest(newest: dict[str, Any] | None) -> str:
 
 def run_check(st: AppState, fmt: str | None, flags: dict[str, str | None]) -> int:
     """``status --check``: the plugin's output and exit code; any error is UNKNOWN (3)."""
+    # lazy: checks.limits and checks.run add 24 modules (hashlib, concurrent) to `status --help`
     from triggerfish_cli.checks.limits import thresholds
     from triggerfish_cli.checks.run import failed, run_checks
 
@@ -234,8 +236,6 @@ def run_check(st: AppState, fmt: str | None, flags: dict[str, str | None]) -> in
         limits = thresholds(settings.data.get("checks"), flags, settings.path)
         report = run_checks(st.storage_config(), st.provider, limits)
     except Exception as exc:  # a plugin says UNKNOWN, whatever went wrong
-        from triggerfish_cli.errors import TriggerfishError
-
         message = str(exc) if isinstance(exc, TriggerfishError) else f"{type(exc).__name__}: {exc}"
         report = failed(" ".join(message.split()))
     out.result(

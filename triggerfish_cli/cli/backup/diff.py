@@ -16,6 +16,8 @@ from triggerfish_cli.cli.backup.options import (
     IdentityOpt,
     ScratchOpt,
     identities,
+    pick,
+    this_store,
 )
 from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.kv.common import RawTaintOpt
@@ -25,7 +27,8 @@ from triggerfish_cli.cli.options import (
     begin,
 )
 from triggerfish_cli.cli.output.text import Column, safe
-from triggerfish_cli.errors import UsageError
+from triggerfish_cli.errors import InvalidDataError, UsageError
+from triggerfish_cli.storage.identity import read_id
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup.diff import Diff
@@ -58,11 +61,9 @@ def _rows(
     identities: Any = None,
 ) -> tuple[Any, Iterator[tuple[str, str]]]:
     """One side and its rows in key order; what they need stays open in ``stack``."""
+    # lazy: backup.dest and backup.diff add 33 modules to `backup --help`
     from triggerfish_cli.backup.dest import temp_dir
     from triggerfish_cli.backup.diff import Side, archive_rows, backup_side
-    from triggerfish_cli.cli.backup.options import pick, this_store
-    from triggerfish_cli.errors import InvalidDataError
-    from triggerfish_cli.storage.identity import read_id
 
     if spec == LIVE and not latest:
         provider = st.provider()
@@ -93,6 +94,7 @@ def run_diff(
     identities: Any = None,
 ) -> bool:
     """Compare the two sides and show the result; True when they differ."""
+    # lazy: backup.diff and kv.keys add 36 modules to `backup --help`
     from triggerfish_cli.backup.diff import Diff, compare
     from triggerfish_cli.classification import parse_level
     from triggerfish_cli.kv.keys import RawReads

@@ -13,6 +13,7 @@ from triggerfish_cli.cli.options import (
     QuietOpt,
     begin,
 )
+from triggerfish_cli.serialization import now_iso
 
 
 @app.command("keygen")
@@ -38,8 +39,8 @@ def keygen_cmd(
     format; keep it off the backup host. The public key printed is what
     --recipient and backup: recipients take: backing up needs only it.
     """
+    # lazy: backup.crypt adds 5 modules (hashlib) to `backup --help`
     from triggerfish_cli.backup.crypt import keygen
-    from triggerfish_cli.serialization import now_iso
 
     _, out = begin(ctx, fmt, quiet)
     public = keygen(output.expanduser(), created=now_iso())

@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 def _with_store(row: dict[str, Any], entry: Entry) -> dict[str, Any]:
     """The table shows each backup's store by a short name (JSON has the whole source)."""
+    # lazy: backup.stores adds 3 modules to `backup --help`
     from triggerfish_cli.backup.stores import label
 
     shown = {**row, "store": label(entry.manifest)}
@@ -60,6 +61,7 @@ def show_verified(out: Output, results: Sequence[Verified]) -> None:
 
 
 def _verified_lines(out: Output, results: Sequence[Verified]) -> None:
+    # lazy: backup.stores adds 3 modules to `backup --help`
     from triggerfish_cli.backup.stores import groups, label
 
     stores = groups(result.manifest for result in results if result.manifest is not None)

@@ -47,6 +47,7 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "changes": [{"path", "change", "old", "new"}]}
     with changed keys as dotted paths.
     """
+    # lazy: config.files adds 8 modules (hashlib) to `config --help`
     from triggerfish_cli.config import files as config_files
 
     st, out = begin(ctx, fmt)
@@ -74,6 +75,7 @@ def diff_cmd(
 def _show_diff(
     out: Output, text_a: str, text_b: str, a: tuple[str, str], b: tuple[str, str]
 ) -> None:
+    # lazy: cli.output and config.diff add 13 modules (csv) to `config --help`
     from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.config import diff as config_diff
 

@@ -39,6 +39,7 @@ def import_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Import the gateway's backups/triggerfish.yaml.<time> copies as versions, oldest first."""
+    # lazy: cli.output and config.import_backups add 20 modules to `config --help`
     from triggerfish_cli.cli.output.text import Column, text_column
     from triggerfish_cli.config import import_backups as config_import
 

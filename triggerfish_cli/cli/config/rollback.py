@@ -17,13 +17,14 @@ from triggerfish_cli.cli.options import (
     begin,
     complete_config_version,
 )
+from triggerfish_cli.errors import InvalidDataError, NotFoundError
 
 
 def _secrets_file(source: Path | None) -> dict[str, Any]:
     if source is None:
         return {}
+    # lazy: config.rollback adds 13 modules (hashlib) to `config --help`
     from triggerfish_cli.config.rollback import parse_secret_values
-    from triggerfish_cli.errors import InvalidDataError, NotFoundError
 
     try:
         text = sys.stdin.read() if str(source) == "-" else source.read_text(encoding="utf-8")
@@ -35,6 +36,7 @@ def _secrets_file(source: Path | None) -> dict[str, Any]:
 
 
 def _ask(path: str) -> str:
+    # lazy: getpass adds 2 modules (termios) to `config --help`; only a TTY prompt needs it
     import getpass
 
     return getpass.getpass(f"value for {path} (hidden; empty to skip): ", stream=sys.stderr)
@@ -99,6 +101,7 @@ def rollback_cmd(
     A version whose storage: section differs from the file's would move the store
     underneath: refused unless --storage keep or --storage switch.
     """
+    # lazy: config.versions and config.rollback add 13 modules to `config --help`
     from triggerfish_cli.config import versions as cv
     from triggerfish_cli.config.rollback import SecretSupply, apply_rollback, plan_rollback
 

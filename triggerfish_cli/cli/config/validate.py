@@ -9,6 +9,7 @@ import typer
 
 from triggerfish_cli.cli.config.common import app
 from triggerfish_cli.cli.options import FormatOpt, begin
+from triggerfish_cli.errors import InvalidDataError
 
 
 @app.command("validate")
@@ -22,9 +23,9 @@ def validate_cmd(
 ) -> None:
     """Check a config file: YAML syntax (line, column), duplicate keys, known sections,
     our storage:/retention: sections strictly, plain-text secrets. Exit 8 on errors."""
+    # lazy: config.diff and config.files add 9 modules (hashlib) to `config --help`
     from triggerfish_cli.config import diff as config_diff
     from triggerfish_cli.config import files as config_files
-    from triggerfish_cli.errors import InvalidDataError
 
     st, out = begin(ctx, fmt)
     path = file or st.config_path

@@ -28,6 +28,7 @@ def snapshot_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Store the current file as a new version (unless it equals the newest)."""
+    # lazy: config.versions adds 10 modules (hashlib) to `config --help`
     from triggerfish_cli.config import versions as config_versions
 
     st, out = begin(ctx, fmt, quiet)
@@ -63,6 +64,7 @@ def snapshot_cmd(
 @app.command("history")
 def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     """Every stored version, oldest first, and which one the file on disk is."""
+    # lazy: cli.output, config.files and config.versions add 19 modules to `config --help`
     from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
     from triggerfish_cli.config import files as config_files
     from triggerfish_cli.config import versions as cv

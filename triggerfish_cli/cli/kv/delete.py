@@ -39,6 +39,7 @@ def delete_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Delete one key, or every key under --prefix (shows the count and a sample first)."""
+    # lazy: kv.keys adds 7 modules to `kv --help`
     from triggerfish_cli.kv import keys
 
     st, out = begin(ctx, fmt, quiet)
@@ -99,6 +100,7 @@ def clear_cmd(
     quiet: QuietOpt = False,
 ) -> None:
     """Delete EVERY key in the store. Needs --yes, and typing the store's name on a TTY."""
+    # lazy: kv.keys adds 7 modules to `kv --help`
     from triggerfish_cli.kv import keys
 
     st, out = begin(ctx, fmt, quiet)

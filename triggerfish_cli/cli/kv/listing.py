@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Annotated
 
 import typer
 
+from triggerfish_cli import cells
 from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
 from triggerfish_cli.cli.options import FormatOpt, begin, complete_namespace
 from triggerfish_cli.errors import UsageError
+from triggerfish_cli.storage.provider import value_size
 
 
 @app.command("namespaces")
@@ -27,6 +30,7 @@ def namespaces_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Every namespace present, with key count and total value bytes."""
+    # lazy: cli.output and kv.keys add 16 modules (csv) to `kv --help`
     from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
     from triggerfish_cli.kv import keys
 
@@ -55,8 +59,6 @@ def namespaces_cmd(
 
 
 def _group_name(name: str) -> str:
-    from triggerfish_cli import cells
-
     if name in (cells.NULL_CELL, cells.BLOB_MARK):
         return cells.kind(name).upper()
     return name or '""'
@@ -91,12 +93,10 @@ def list_cmd(
     fmt: FormatOpt = None,
 ) -> None:
     """Keys under a prefix, in binary key order, with their value sizes."""
-    from itertools import islice
-
+    # lazy: namespaces, cli.output, kv.keys and kv.transfer add 17 modules to `kv --help`
     from triggerfish_cli import namespaces
     from triggerfish_cli.cli.output.text import Column
     from triggerfish_cli.kv import keys, transfer
-    from triggerfish_cli.storage.provider import value_size
 
     st, out = begin(ctx, fmt)
     if namespace is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -28,6 +29,7 @@ def get_cmd(
     --format json (or jsonl, csv) gives {"key", "value"} with the value as stored;
     --raw always gives the exact bytes, whatever the format.
     """
+    # lazy: classification and kv.keys add 7 modules to `kv --help`
     from triggerfish_cli.classification import parse_level
     from triggerfish_cli.kv import keys
 
@@ -48,8 +50,6 @@ def get_cmd(
 
 
 def _pretty(value: str) -> str:
-    import json
-
     try:
         return json.dumps(json.loads(value), ensure_ascii=False, indent=2)
     except ValueError:
@@ -85,6 +85,7 @@ def set_cmd(
 
     From a file or stdin, one trailing newline is dropped: values never end in one.
     """
+    # lazy: kv.keys adds 7 modules to `kv --help`
     from triggerfish_cli.kv import keys
 
     st, out = begin(ctx, fmt, quiet)
