@@ -32,7 +32,6 @@ from triggerfish_cli.storage.identity import read_id
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup.diff import Diff
-    from triggerfish_cli.cli.context import AppState
     from triggerfish_cli.cli.output import Output
 
 #: The word that names the live store as a side (as `config diff` names the file on disk).
