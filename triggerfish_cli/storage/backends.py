@@ -1,5 +1,5 @@
 """The backends, one typed table: what each is called, the ``storage:`` settings it
-takes, how a store of it is opened, and which memory search index serves it.
+takes, how a store of it is opened and named, and which memory search index serves it.
 
 Everything that differs by backend and is not a method of the provider is
 here; nothing outside ``storage/`` names a backend's module.
@@ -17,7 +17,14 @@ from triggerfish_cli.errors import InvalidDataError, RefusedError
 from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.remote_settings import postgres_section, s3_section
+from triggerfish_cli.storage.remote_settings import (
+    describe_postgres,
+    describe_s3,
+    postgres_location,
+    postgres_section,
+    s3_location,
+    s3_section,
+)
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.local_files import LOCAL_FILES, LocalFiles
 from triggerfish_cli.storage.sqlite.sql import DEFAULT_BUSY_TIMEOUT_MS
@@ -41,6 +48,11 @@ class Backend:
     open: Callable[[StorageConfig, bool], StorageProvider]
     #: The memory search index serving a store of this backend.
     memory_index: Callable[[StorageProvider], MemoryIndex]
+    #: Where a store a config names is while it is not open, in the form of its
+    #: ``describe()`` (migrate's messages, a missing store's place, metrics).
+    describe: Callable[[StorageConfig], str]
+    #: Where it is for ``status``: a path, a DSN and schema, a bucket and endpoint.
+    location: Callable[[StorageConfig], str]
     #: Checks a physical copy of a store (a backup's snapshot), where the backend
     #: makes them: ``(path, page count, count(conn), workers, checks, failures)``
     #: -> ``count``'s result, or None when the copy is not sound.
@@ -55,6 +67,8 @@ class Backend:
     #: The work on the local file a store of this backend lives in (a physical
     #: restore swaps it); None: its stores are not local files.
     files: LocalFiles | None = None
+    #: A store of it lives for one command (memory): nothing to migrate to or from.
+    transient: bool = False
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -228,6 +242,22 @@ def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {}
 
 
+# -- where a store is ------------------------------------------------------------------
+
+
+def _describe_sqlite(config: StorageConfig) -> str:
+    return f"sqlite:{config.path}"
+
+
+def _sqlite_location(config: StorageConfig) -> str:
+    return config.backend if config.path is None else str(config.path)
+
+
+def _by_name(config: StorageConfig) -> str:
+    """A store with no place but its backend (memory: it lives for one command)."""
+    return config.backend
+
+
 BACKENDS: dict[str, Backend] = {
     backend.name: backend
     for backend in (
@@ -236,15 +266,39 @@ BACKENDS: dict[str, Backend] = {
             _sqlite_options,
             _open_sqlite,
             _fts5_index,
+            describe=_describe_sqlite,
+            location=_sqlite_location,
             check_copy=_check_sqlite_copy,
             copy_rows=_sqlite_copy_rows,
             count_copy=_count_sqlite_copy,
             snapshot_source=_sqlite_snapshots,
             files=LOCAL_FILES,
         ),
-        Backend("memory", _memory_options, _open_memory, scan_index),
-        Backend("postgres", postgres_section, _open_postgres, _tsvector_index),
-        Backend("s3", s3_section, _open_s3, scan_index),
+        Backend(
+            "memory",
+            _memory_options,
+            _open_memory,
+            scan_index,
+            describe=_by_name,
+            location=_by_name,
+            transient=True,
+        ),
+        Backend(
+            "postgres",
+            postgres_section,
+            _open_postgres,
+            _tsvector_index,
+            describe=describe_postgres,
+            location=postgres_location,
+        ),
+        Backend(
+            "s3",
+            s3_section,
+            _open_s3,
+            scan_index,
+            describe=describe_s3,
+            location=s3_location,
+        ),
     )
 }
 
@@ -267,6 +321,20 @@ def memory_index_for(provider: StorageProvider) -> MemoryIndex:
     """The memory index serving ``provider`` (one of no backend here: the RAM scan)."""
     backend = BACKENDS.get(provider.backend)
     return scan_index(provider) if backend is None else backend.memory_index(provider)
+
+
+def describe_config(config: StorageConfig) -> str:
+    """Where the store ``config`` names is while it is not open, in the form of its
+    ``describe()`` (a backend not here: its name)."""
+    backend = BACKENDS.get(config.backend)
+    return config.backend if backend is None else backend.describe(config)
+
+
+def location_of(config: StorageConfig) -> str:
+    """``status``'s location of the store ``config`` names: the path, DSN (no password:
+    refused by the DSN check) or bucket/prefix (a backend not here: its name)."""
+    backend = BACKENDS.get(config.backend)
+    return config.backend if backend is None else backend.location(config)
 
 
 def parse_storage_section(
@@ -301,6 +369,12 @@ def local_files() -> LocalFiles:
     """The work on a store kept in one local file: a physical restore's target, the
     processes that have a file open (SQLite's, the backend whose stores are files)."""
     return LOCAL_FILES
+
+
+def transient(name: str) -> bool:
+    """Whether a store of backend ``name`` lives for one command only (memory)."""
+    backend = BACKENDS.get(name)
+    return backend is not None and backend.transient
 
 
 def in_local_files(name: str) -> bool:
