@@ -277,19 +277,6 @@ def _load(
     )
     if at_once is not None:
         return at_once
-    if provider.backend == "postgres" and mode != "merge":
-        pg: Any = provider
-        with pg.connection.transaction():  # the provider's own transactions nest as savepoints
-            if mode == "replace" and include:
-                doomed = list(target_keys(provider, include))
-                deleted = provider.delete_many(doomed, batch_size=1000) if doomed else 0
-            else:
-                deleted = provider.count() if mode == "replace" else 0
-                if mode == "replace":
-                    provider.clear()
-            written = _write_batches(provider, rows, advance)
-        return written, deleted
-    written = 0
     if mode != "replace":
         return _write_batches(provider, rows, advance), 0
     # No transactions here (S3): write every key, then delete those the backup lacks.
