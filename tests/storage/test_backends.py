@@ -11,6 +11,7 @@ from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.backends import (
     BACKENDS,
     describe_config,
+    gateway_index,
     known_backends,
     location_of,
     memory_index_for,
@@ -101,3 +102,8 @@ def test_each_backend_names_a_store_that_is_not_open(
 
 def test_only_a_memory_store_lives_for_one_command() -> None:
     assert [name for name in known_backends() if transient(name)] == ["memory"]
+
+
+def test_the_gateway_searches_only_sqlite_s_index_itself() -> None:
+    assert [name for name in known_backends() if gateway_index(name)] == ["sqlite"]
+    assert not gateway_index("nosql")

@@ -69,6 +69,10 @@ class Backend:
     files: LocalFiles | None = None
     #: A store of it lives for one command (memory): nothing to migrate to or from.
     transient: bool = False
+    #: The gateway searches this backend's memory index itself (SQLite's FTS5 tables):
+    #: memories copied in behind its back (a migration) must be indexed there. Elsewhere
+    #: the index is ours and catches up with kv when searched.
+    gateway_index: bool = False
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -273,6 +277,7 @@ BACKENDS: dict[str, Backend] = {
             count_copy=_count_sqlite_copy,
             snapshot_source=_sqlite_snapshots,
             files=LOCAL_FILES,
+            gateway_index=True,
         ),
         Backend(
             "memory",
@@ -375,6 +380,13 @@ def transient(name: str) -> bool:
     """Whether a store of backend ``name`` lives for one command only (memory)."""
     backend = BACKENDS.get(name)
     return backend is not None and backend.transient
+
+
+def gateway_index(name: str) -> bool:
+    """Whether the gateway searches the memory index of a store of backend ``name``
+    itself (SQLite's FTS5 tables), which a bulk copy must then bring in line."""
+    backend = BACKENDS.get(name)
+    return backend is not None and backend.gateway_index
 
 
 def in_local_files(name: str) -> bool:
