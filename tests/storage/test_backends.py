@@ -12,6 +12,7 @@ from triggerfish_cli.storage.backends import (
     BACKENDS,
     describe_config,
     gateway_index,
+    has_sse_settings,
     known_backends,
     location_of,
     memory_index_for,
@@ -107,3 +108,17 @@ def test_only_a_memory_store_lives_for_one_command() -> None:
 def test_the_gateway_searches_only_sqlite_s_index_itself() -> None:
     assert [name for name in known_backends() if gateway_index(name)] == ["sqlite"]
     assert not gateway_index("nosql")
+
+
+@pytest.mark.parametrize(
+    ("section", "has"),
+    [
+        ({"backend": "s3", "bucket": "b"}, True),
+        ({"backend": "sqlite"}, False),
+        ({}, False),  # sqlite
+        (None, False),
+        ({"backend": ["s3"]}, False),
+    ],
+)
+def test_only_s3_settings_hold_server_side_encryption(section: object, has: bool) -> None:
+    assert has_sse_settings(section) is has  # type: ignore[arg-type]

@@ -73,6 +73,9 @@ class Backend:
     #: memories copied in behind its back (a migration) must be indexed there. Elsewhere
     #: the index is ours and catches up with kv when searched.
     gateway_index: bool = False
+    #: Its settings may hold server-side encryption (``sse``, ``sse_kms_key_id``: S3's),
+    #: which a backup destination takes when no other is given.
+    sse_settings: bool = False
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -303,6 +306,7 @@ BACKENDS: dict[str, Backend] = {
             scan_index,
             describe=describe_s3,
             location=s3_location,
+            sse_settings=True,
         ),
     )
 }
@@ -387,6 +391,14 @@ def gateway_index(name: str) -> bool:
     itself (SQLite's FTS5 tables), which a bulk copy must then bring in line."""
     backend = BACKENDS.get(name)
     return backend is not None and backend.gateway_index
+
+
+def has_sse_settings(section: Mapping[str, Any] | None) -> bool:
+    """Whether the ``storage:`` section names a backend whose settings may hold
+    server-side encryption (S3), which a backup destination then takes by default."""
+    name = None if section is None else section.get("backend")
+    backend = BACKENDS.get(name) if isinstance(name, str) else None
+    return backend is not None and backend.sse_settings
 
 
 def in_local_files(name: str) -> bool:
