@@ -40,7 +40,7 @@ from triggerfish_cli.errors import MissingStoreError, TriggerfishError
 from triggerfish_cli.fileio import pid_alive
 from triggerfish_cli.paths import BaseDir, resolve_base
 from triggerfish_cli.settings import StorageConfig
-from triggerfish_cli.storage.backends import local_files, location_of
+from triggerfish_cli.storage.backends import location_of, openers
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: Audit hooks whose newest record status shows.
@@ -207,7 +207,7 @@ def daemon_state(path: Path) -> dict[str, Any]:
         )
         pid = data.get("pid")
         state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-    processes = set(local_files().openers(path) or ())
+    processes = set(openers(path) or ())
     if state["pid"] is not None and pid_alive(state["pid"]):
         processes.add(state["pid"])
     state["processes"] = sorted(processes)

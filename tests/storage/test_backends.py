@@ -11,6 +11,8 @@ from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.backends import (
     BACKENDS,
     describe_config,
+    file_backend,
+    files_of,
     gateway_index,
     has_sse_settings,
     known_backends,
@@ -122,3 +124,11 @@ def test_the_gateway_searches_only_sqlite_s_index_itself() -> None:
 )
 def test_only_s3_settings_hold_server_side_encryption(section: object, has: bool) -> None:
     assert has_sse_settings(section) is has  # type: ignore[arg-type]
+
+
+def test_the_files_of_a_store_kept_in_a_local_file_come_from_the_table() -> None:
+    assert files_of("sqlite") is BACKENDS["sqlite"].files is not None
+    assert file_backend() == "sqlite"
+    for name in ("postgres", "s3", "memory", "nosql"):
+        with pytest.raises(InvalidDataError, match="not a local file"):
+            files_of(name)

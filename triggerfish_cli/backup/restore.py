@@ -55,6 +55,7 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.locations import open_source
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.settings import Settings, StorageConfig
+from triggerfish_cli.storage.backends import file_backend
 from triggerfish_cli.storage.provider import StorageProvider
 
 
@@ -72,7 +73,7 @@ class RestoreOptions:
 
 def target_store(target: Path) -> StoreRef:
     """The SQLite store a restore would replace, as backups name it (opened read-only)."""
-    place = StorageConfig("sqlite", path=target)
+    place = StorageConfig(file_backend(), path=target)
     try:
         store = open_source(place)
     except MissingStoreError:
@@ -211,6 +212,7 @@ class RestorePlan:
                     path,
                     name,
                     self.target,
+                    backend=manifest.backend,
                     force=options.force,
                     progress=progress,
                     store_id=store_id,
@@ -273,7 +275,7 @@ def plan_restore(
     plan = RestorePlan(dest, name, manifest, store, options, "logical", target, named=named)
     if manifest.kind == "physical" and target is not None and not options.logical:
         plan.way = "physical"
-        check_not_open(target, options.force)
+        check_not_open(target, options.force, manifest.backend)
         if target.exists():
             plan.question = (
                 f"Replace {target} with {name} (made {manifest.created}, {manifest.keys} keys)? "
@@ -342,5 +344,5 @@ def plan_undo(target: Path, *, force: bool, dry_run: bool = False) -> UndoPlan:
     """Refuses (exit 6) while another process has the store open, unless ``force``."""
     found = pre_restores(target)
     if not dry_run and found:
-        check_not_open(target, force)
+        check_not_open(target, force, file_backend())
     return UndoPlan(target, found, force)

@@ -371,13 +371,7 @@ def check_storage_section(section: Any, config_path: Path) -> None:
     parse_storage_section(section, config_path)
 
 
-# -- stores kept in local files (a physical restore, status) ------------------------------
-
-
-def local_files() -> LocalFiles:
-    """The work on a store kept in one local file: a physical restore's target, the
-    processes that have a file open (SQLite's, the backend whose stores are files)."""
-    return LOCAL_FILES
+# -- what else differs by backend ------------------------------------------------------
 
 
 def transient(name: str) -> bool:
@@ -399,6 +393,32 @@ def has_sse_settings(section: Mapping[str, Any] | None) -> bool:
     name = None if section is None else section.get("backend")
     backend = BACKENDS.get(name) if isinstance(name, str) else None
     return backend is not None and backend.sse_settings
+
+
+# -- stores kept in local files (a physical restore, status) ------------------------------
+
+
+def files_of(name: str) -> LocalFiles:
+    """The work on the local file a store of backend ``name`` lives in (a physical
+    restore swaps it, and asks who has it open); refused (exit 8) for a backend whose
+    stores are not local files."""
+    backend = BACKENDS.get(name)
+    if backend is None or backend.files is None:
+        raise InvalidDataError(f"a {name!r} store is not a local file: there is none to swap")
+    return backend.files
+
+
+def file_backend() -> str:
+    """The backend of a store known by its local file alone (``backup restore --to PATH``,
+    ``--undo``): the one whose stores are local files (SQLite)."""
+    (name,) = (backend.name for backend in BACKENDS.values() if backend.files is not None)
+    return name
+
+
+def openers(path: Path) -> list[int] | None:
+    """The processes that have ``path`` open, any file (None: this system does not show
+    them), from the process table SQLite's write gate reads (``status``: daemon.json)."""
+    return LOCAL_FILES.openers(path)
 
 
 def in_local_files(name: str) -> bool:
