@@ -495,6 +495,84 @@ def test_every_seam_exception_is_still_needed() -> None:
     assert unneeded == []
 
 
+#: The backends' names (storage/backends.py: BACKENDS).
+BACKEND_NAMES = {"sqlite", "postgres", "s3", "memory"}
+_NAMESPACE = "the memory: key namespace (memory:<agent>:<LEVEL>:<key>), not the backend"
+#: Comparisons with a backend's name outside storage/ that ask no backend question, each
+#: ``(module, name)`` with why. Anything else asks the Backend table or the provider.
+BACKEND_NAME_COMPARISONS: dict[tuple[str, str], str] = {
+    ("backup/counts.py", "memory"): _NAMESPACE,
+    ("memory/keys.py", "memory"): _NAMESPACE,
+    ("memory/record.py", "memory"): _NAMESPACE,
+}
+
+
+def backend_name_comparisons(path: Path) -> list[tuple[int, str]]:
+    """``(line, name)`` of each comparison (``==``, ``!=``, ``in``, a ``match`` case)
+    with a string literal naming a backend."""
+    found: set[tuple[int, str]] = set()
+
+    def names(side: ast.expr) -> list[str]:
+        items = side.elts if isinstance(side, (ast.Tuple, ast.List, ast.Set)) else [side]
+        return [
+            item.value
+            for item in items
+            if isinstance(item, ast.Constant) and item.value in BACKEND_NAMES
+        ]
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Compare):
+            for side in (node.left, *node.comparators):
+                found.update((node.lineno, name) for name in names(side))
+        elif isinstance(node, ast.MatchValue):
+            found.update((node.lineno, name) for name in names(node.value))
+    return sorted(found)
+
+
+def backend_name_checks(
+    package: Path, allowed: dict[tuple[str, str], str]
+) -> tuple[dict[str, list[int]], list[tuple[str, str]]]:
+    """Modules outside storage/ comparing with a backend's name where ``allowed`` does not
+    let them, with their lines; and entries of ``allowed`` no longer needed."""
+    offenders: dict[str, list[int]] = {}
+    seen: set[tuple[str, str]] = set()
+    for relative, path in _outside_storage(package):
+        for line, name in backend_name_comparisons(path):
+            seen.add((relative, name))
+            if (relative, name) not in allowed:
+                offenders.setdefault(relative, []).append(line)
+    return offenders, [entry for entry in allowed if entry not in seen]
+
+
+def test_no_comparison_with_a_backend_name_outside_storage() -> None:
+    """Which backend a store is never decides anything outside storage/ (issue 19)."""
+    from triggerfish_cli.storage.backends import known_backends
+
+    assert set(known_backends()) == BACKEND_NAMES
+    assert backend_name_checks(PACKAGE, BACKEND_NAME_COMPARISONS) == ({}, [])
+
+
+def test_the_backend_name_check_finds_one(tmp_path: Path) -> None:
+    package = tmp_path / "pkg"
+    (package / "storage").mkdir(parents=True)
+    (package / "storage" / "backends.py").write_text("def f(b):\n    return b == 'sqlite'\n")
+    (package / "status.py").write_text(
+        "def f(config, section, parts):\n"
+        "    if config.backend == 'postgres': pass\n"
+        "    if 's3' != section.get('backend'): pass\n"
+        "    if config.backend in ('sqlite', 'file'): pass\n"
+        "    match config.backend:\n"
+        "        case 'memory': pass\n"
+        "    if parts[0] == 'memory' or parts[1] == 'sqlite_master': pass\n"
+        "    return Config('sqlite'), {'s3': 1}, config.backend == 'memory:'\n"
+    )
+    (package / "keys.py").write_text("def f(parts):\n    return parts[0] != 'memory'\n")
+    allowed = {("keys.py", "memory"): "a namespace", ("gone.py", "s3"): "split meanwhile"}
+    offenders, stale = backend_name_checks(package, allowed)
+    assert offenders == {"status.py": [2, 3, 4, 6, 7]}
+    assert stale == [("gone.py", "s3")]
+
+
 #: The longest a module may be (DESIGN.md: small enough to read in one sitting).
 CORE_LINES, CLI_LINES = 500, 250
 

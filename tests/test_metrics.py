@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import signal
@@ -11,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -230,3 +232,27 @@ def test_records_merge_and_replace_per_job_and_store(tmp_path: Path) -> None:
     text = path.read_text()
     assert "# HELP triggerfish_admin_last_run_timestamp_seconds" in text
     assert "# TYPE triggerfish_admin_last_exit_code gauge" in text
+
+
+def test_a_metrics_file_that_cannot_be_written_is_a_warning_not_a_failure(
+    cli: CliFn, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "m.prom"
+    record(path, JobRun("backup_create", "sqlite:/x.db"), 0, ended=1000.0)
+    before = path.read_bytes()
+    real_replace = os.replace
+
+    def disk_full(src: Any, dst: Any, **kwargs: Any) -> None:
+        if str(dst).endswith(".prom"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real_replace(src, dst, **kwargs)
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    with pytest.raises(OSError, match=r"m\.prom: cannot write the metrics file: No space left"):
+        record(path, JobRun("backup_create", "sqlite:/x.db"), 1)
+    assert path.read_bytes() == before  # the old file as it was, no temp file left
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.prom", "m.prom.lock"]
+    run = cli("--db", str(tmp_path / "absent.db"), "memory", "reindex", "--metrics-file",
+              str(path))  # fmt: skip
+    assert run.exit_code == 7  # the job's own exit code, not the metrics file's
+    assert "cannot write the metrics file: No space left" in run.stderr

@@ -21,10 +21,10 @@ from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
 from triggerfish_cli.settings import StorageConfig, load_settings
-from triggerfish_cli.storage.backends import in_local_files, parse_storage_section
+from triggerfish_cli.storage.backends import describe_config as backend_describe
+from triggerfish_cli.storage.backends import in_local_files, parse_storage_section, transient
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.remote_settings import (
-    DEFAULT_SCHEMA,
     check_dsn,
     check_endpoint,
     check_schema,
@@ -78,7 +78,7 @@ def _from_yaml(path: Path, role: str) -> StorageConfig:
     if section is None:
         raise InvalidDataError(f"{path}: no storage: section to {role} migrate")
     backend, options = parse_storage_section(section, path)
-    if backend == "memory":
+    if transient(backend):
         raise UsageError(f"{path}: a memory store lives for one command; nothing to migrate")
     store_path = options.pop("path", None)
     if in_local_files(backend) and store_path is None:
@@ -120,13 +120,4 @@ def same_store(source: StorageProvider, target: StorageProvider) -> bool:
 
 def describe_config(config: StorageConfig) -> str:
     """Where a store that is not open (yet) is, in the form of ``describe()``."""
-    options = config.options
-    if in_local_files(config.backend):
-        return f"{config.backend}:{config.path}"
-    if config.backend == "s3":
-        return f"s3://{options.get('bucket')}/{options.get('prefix', '')}"
-    if config.backend == "postgres":
-        return f"postgres:{options.get('dsn') or '(libpq environment)'} schema " + str(
-            options.get("schema", DEFAULT_SCHEMA)
-        )
-    return config.backend
+    return backend_describe(config)

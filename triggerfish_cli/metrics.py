@@ -9,10 +9,11 @@ of every store; a run replaces its own series and keeps the others. A failed
 run updates ``last_run`` and ``exit_code`` and keeps ``last_success``.
 
 The file is written whole to a temporary name in the same directory, synced
-and renamed over the old one: the textfile collector (which reads ``*.prom``
-only) never sees half a file, and a run killed at any moment leaves the old
-file as it was. Runs that finish at the same moment take turns (an flock on
-``<file>.lock``). The text comes from the ``prometheus_client`` library.
+and renamed over the old one (``fileio.atomic_writer``): the textfile
+collector (which reads ``*.prom`` only) never sees half a file, and a run
+killed at any moment leaves the old file as it was. Runs that finish at the
+same moment take turns (an flock on ``<file>.lock``). The text comes from the
+``prometheus_client`` library.
 
 ``metrics:`` in triggerfish.yaml::
 
@@ -31,8 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.errors import InvalidDataError
-from triggerfish_cli.fileio import pid_alive
+from triggerfish_cli.errors import InvalidDataError, TriggerfishError
+from triggerfish_cli.fileio import atomic_writer, pid_alive
 
 PREFIX = "triggerfish_admin_"
 JOBS = (
@@ -152,9 +153,27 @@ def record(path: Path, run: JobRun, exit_code: int, ended: float | None = None) 
                 fresh[("last_success_timestamp_seconds", ())] = previous_success
             fresh.update(run.values)  # a failed run's too: what it did before it stopped
             text = _render(samples, mine, fresh)
-            _write_atomically(path, text)
+            # Not *.prom: the textfile collector never reads a half-written temp file.
+            with atomic_writer(path, mode=_file_mode()) as handle:
+                handle.write(text)
+            _remove_stale_temps(Path(os.path.realpath(path)))
     except OSError as exc:
-        raise OSError(f"{path}: cannot write the metrics file: {exc.strerror or exc}") from exc
+        raise _unwritable(path, exc) from exc
+    except TriggerfishError as exc:  # atomic_writer's write error (exit 9 elsewhere)
+        raise _unwritable(path, exc.__cause__ or exc) from exc
+
+
+def _unwritable(path: Path, exc: BaseException) -> OSError:
+    """What the command warns about: a metrics file never fails the job it records."""
+    reason = (exc.strerror if isinstance(exc, OSError) else None) or exc
+    return OSError(f"{path}: cannot write the metrics file: {reason}")
+
+
+def _file_mode() -> int:
+    """0644 less the umask, whatever mode the file had: the collector must read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o644 & ~umask
 
 
 @dataclass(frozen=True)
@@ -235,27 +254,11 @@ def _turn(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _write_atomically(path: Path, text: str) -> None:
-    # Not *.prom: the textfile collector never reads a half-written temp file.
-    temp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, path)
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            temp.unlink()
-    _remove_stale_temps(path)
-
-
 def _remove_stale_temps(path: Path) -> None:
-    """Temp files of runs killed while writing (their pid is gone)."""
+    """Temp files of runs killed while writing (their pid is gone): atomic_writer's
+    ``.<name>.<pid>.<random>.tmp``."""
     for temp in path.parent.glob(f".{path.name}.*.tmp"):
-        pid = temp.name[len(path.name) + 2 : -4]
+        pid = temp.name[len(path.name) + 2 : -4].partition(".")[0]
         if pid.isdigit() and not pid_alive(int(pid)):
             with contextlib.suppress(OSError):
                 temp.unlink()
-

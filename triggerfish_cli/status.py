@@ -40,7 +40,7 @@ from triggerfish_cli.errors import MissingStoreError, TriggerfishError
 from triggerfish_cli.fileio import pid_alive
 from triggerfish_cli.paths import BaseDir, resolve_base
 from triggerfish_cli.settings import StorageConfig
-from triggerfish_cli.storage.backends import local_file, local_files
+from triggerfish_cli.storage.backends import location_of, openers
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: Audit hooks whose newest record status shows.
@@ -95,24 +95,6 @@ class StatusReport:
             "config_versions": self.config_versions,
             "notes": self.notes,
         }
-
-
-def location_of(config: StorageConfig) -> str:
-    """The path, DSN (no password: refused by the DSN check) or bucket/prefix."""
-    path = local_file(config)
-    if path is not None:
-        return str(path)
-    options = config.options
-    if config.backend == "postgres":
-        from triggerfish_cli.storage.remote_settings import DEFAULT_SCHEMA
-
-        dsn = options.get("dsn") or "(the libpq environment)"
-        return f"{dsn} schema {options.get('schema', DEFAULT_SCHEMA)}"
-    if config.backend == "s3":
-        where = f"s3://{options.get('bucket', '')}/{options.get('prefix', '')}"
-        endpoint = options.get("endpoint_url")
-        return f"{where} at {endpoint}" if endpoint else where
-    return config.backend
 
 
 def collect(
@@ -225,7 +207,7 @@ def daemon_state(path: Path) -> dict[str, Any]:
         )
         pid = data.get("pid")
         state["pid"] = pid if isinstance(pid, int) and not isinstance(pid, bool) else None
-    processes = set(local_files().openers(path) or ())
+    processes = set(openers(path) or ())
     if state["pid"] is not None and pid_alive(state["pid"]):
         processes.add(state["pid"])
     state["processes"] = sorted(processes)

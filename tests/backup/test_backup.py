@@ -493,3 +493,25 @@ def test_a_backup_changed_after_its_verification_is_no_longer_verified(
     archive.write_bytes(archive.read_bytes()[:100] + archive.read_bytes())  # grew at the front
     rows = cli("backup", "list", "--format", "json").json()
     assert isinstance(rows, list) and rows[0]["verified"] == "no"
+
+
+def test_the_restore_target_is_the_local_file_of_to_or_of_the_store(tmp_path: Path) -> None:
+    from triggerfish_cli.backup.restore import restore_target
+    from triggerfish_cli.errors import UsageError
+    from triggerfish_cli.settings import StorageConfig
+
+    real = tmp_path / "real.db"
+    real.touch()
+    (tmp_path / "link.db").symlink_to(real)
+
+    def unused() -> StorageConfig:
+        raise AssertionError("--to given: the store of the command is not resolved")
+
+    assert restore_target(str(tmp_path / "link.db"), unused) == real
+    assert restore_target(None, lambda: StorageConfig("sqlite", path=tmp_path / "link.db")) == real
+    assert restore_target(None, lambda: StorageConfig("postgres", options={"dsn": ""})) is None
+    for spec in ("postgresql://tf@localhost/x", "s3://bucket/prefix"):
+        with pytest.raises(UsageError, match="takes a SQLite file"):
+            restore_target(spec, unused)
+    with pytest.raises(UsageError, match="bare word"):
+        restore_target("memory", unused)

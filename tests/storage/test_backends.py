@@ -10,10 +10,17 @@ from triggerfish_cli.errors import InvalidDataError
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.backends import (
     BACKENDS,
+    describe_config,
+    file_backend,
+    files_of,
+    gateway_index,
+    has_sse_settings,
     known_backends,
+    location_of,
     memory_index_for,
     parse_storage_section,
     physical,
+    transient,
 )
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
@@ -62,3 +69,66 @@ def test_physical_backups_are_sqlite_ones() -> None:
     for name in ("postgres", "s3", "nosql"):
         with pytest.raises(InvalidDataError):
             physical(name)
+
+
+@pytest.mark.parametrize(
+    ("config", "described", "located"),
+    [
+        (StorageConfig("sqlite", path=Path("/d/t.db")), "sqlite:/d/t.db", "/d/t.db"),
+        (StorageConfig("memory"), "memory", "memory"),
+        (
+            StorageConfig("postgres", options={"dsn": "host=db", "schema": "s"}),
+            "postgres:host=db schema s",
+            "host=db schema s",
+        ),
+        (
+            StorageConfig("postgres"),
+            "postgres:(libpq environment) schema triggerfish",
+            "(the libpq environment) schema triggerfish",
+        ),
+        (
+            StorageConfig(
+                "s3", options={"bucket": "b", "prefix": "p/", "endpoint_url": "http://m"}
+            ),
+            "s3://b/p/",
+            "s3://b/p/ at http://m",
+        ),
+        (StorageConfig("nosql"), "nosql", "nosql"),
+    ],
+)
+def test_each_backend_names_a_store_that_is_not_open(
+    config: StorageConfig, described: str, located: str
+) -> None:
+    assert describe_config(config) == described  # the form of describe()
+    assert location_of(config) == located  # status's
+
+
+def test_only_a_memory_store_lives_for_one_command() -> None:
+    assert [name for name in known_backends() if transient(name)] == ["memory"]
+
+
+def test_the_gateway_searches_only_sqlite_s_index_itself() -> None:
+    assert [name for name in known_backends() if gateway_index(name)] == ["sqlite"]
+    assert not gateway_index("nosql")
+
+
+@pytest.mark.parametrize(
+    ("section", "has"),
+    [
+        ({"backend": "s3", "bucket": "b"}, True),
+        ({"backend": "sqlite"}, False),
+        ({}, False),  # sqlite
+        (None, False),
+        ({"backend": ["s3"]}, False),
+    ],
+)
+def test_only_s3_settings_hold_server_side_encryption(section: object, has: bool) -> None:
+    assert has_sse_settings(section) is has  # type: ignore[arg-type]
+
+
+def test_the_files_of_a_store_kept_in_a_local_file_come_from_the_table() -> None:
+    assert files_of("sqlite") is BACKENDS["sqlite"].files is not None
+    assert file_backend() == "sqlite"
+    for name in ("postgres", "s3", "memory", "nosql"):
+        with pytest.raises(InvalidDataError, match="not a local file"):
+            files_of(name)

@@ -128,6 +128,24 @@ def test_nul_is_refused_and_nothing_of_the_batch_is_written(
     assert store.count() == 0
 
 
+def test_a_restore_load_is_one_transaction_all_or_nothing(store: PostgresStorage) -> None:
+    store.set_many([("a:1", "old"), ("a:2", "old"), ("b:1", "old")])
+    rows = [(f"a:{i}", "new") for i in range(3, 7000)]
+    batches: list[int] = []
+    assert store.load_at_once(iter(rows), replace=True, only=["a:"], on_batch=batches.append) == (
+        6997,
+        2,
+    )
+    assert batches == [5000, 1997]
+    assert store.get("a:1") is None and store.get("b:1") == "old" and store.count("a:") == 6997
+    assert store.load_at_once(iter([("c:1", "x")]), replace=True) == (1, 6998)
+    assert store.list() == ["c:1"]
+    broken = [(f"d:{i:05d}", "v") for i in range(6000)] + [("d:bad", "a\x00b")]
+    with pytest.raises(InvalidDataError, match="NUL"):  # a merge that fails part way
+        store.load_at_once(iter(broken), replace=False)
+    assert store.list() == ["c:1"]  # its first batch went back with the rest
+
+
 def test_read_only_session_refuses_writes(postgres: Postgres, store: PostgresStorage) -> None:
     store.set("a", "1")
     reader = PostgresStorage(postgres.dsn, schema=store.schema, read_only=True)

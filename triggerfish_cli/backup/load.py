@@ -18,7 +18,7 @@ from triggerfish_cli.backup.decompress import decompress_chunks
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.verify import Verified, iter_lines, verify_file
 from triggerfish_cli.errors import BusyError, RefusedError, TriggerfishError, VerificationError
-from triggerfish_cli.storage.backends import local_files
+from triggerfish_cli.storage.backends import files_of
 from triggerfish_cli.storage.provider import StorageProvider, batched
 
 
@@ -77,7 +77,7 @@ def load_mode(
     if replace:
         writers = [] if force else provider.live_writers()
         if writers:
-            who = local_files().describe_writers(writers)
+            who = files_of(provider.backend).describe_writers(writers)
             raise BusyError(
                 f"{provider.describe()}: --replace while live writers have the store open "
                 f"({who}): what they write during the restore would be lost; nothing was "
@@ -246,7 +246,7 @@ def _archive_rows(
     from triggerfish_cli.backup.verify import payload_stream
 
     if manifest.kind == "physical":
-        yield from local_files().snapshot_rows(snapshot)
+        yield from files_of(manifest.backend).snapshot_rows(snapshot)
         return
     with (
         archive.open("rb") as handle,
@@ -277,19 +277,6 @@ def _load(
     )
     if at_once is not None:
         return at_once
-    if provider.backend == "postgres" and mode != "merge":
-        pg: Any = provider
-        with pg.connection.transaction():  # the provider's own transactions nest as savepoints
-            if mode == "replace" and include:
-                doomed = list(target_keys(provider, include))
-                deleted = provider.delete_many(doomed, batch_size=1000) if doomed else 0
-            else:
-                deleted = provider.count() if mode == "replace" else 0
-                if mode == "replace":
-                    provider.clear()
-            written = _write_batches(provider, rows, advance)
-        return written, deleted
-    written = 0
     if mode != "replace":
         return _write_batches(provider, rows, advance), 0
     # No transactions here (S3): write every key, then delete those the backup lacks.

@@ -35,7 +35,7 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.fileio import fsync_dir, pid_alive
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
-from triggerfish_cli.storage.backends import local_files
+from triggerfish_cli.storage.backends import file_backend, files_of
 
 PRE_RESTORE = ".pre-restore-"
 
@@ -47,10 +47,11 @@ def stamp() -> str:
 # -- who has the store open ---------------------------------------------------------
 
 
-def check_not_open(db: Path, force: bool) -> None:
+def check_not_open(db: Path, force: bool, backend: str) -> None:
+    """Refuse (exit 6) while another process has ``db``, a store of ``backend``, open."""
     if force or not db.exists():
         return
-    files = local_files()
+    files = files_of(backend)
     users = files.writers(db)  # as the write gate sees them: open files, then the -shm lock
     if users:
         raise BusyError(
@@ -102,6 +103,7 @@ def restore_physical(
     name: str,
     target: Path,
     *,
+    backend: str,
     force: bool,
     progress: Reporter | None = None,
     store_id: str | None = None,
@@ -109,13 +111,15 @@ def restore_physical(
 ) -> Swapped:
     """Verify ``archive`` into a scratch file beside ``target``, then swap it in.
 
+    ``backend``: the manifest's, whose local files the snapshot and ``target`` are.
     ``store_id``: the identity the restored store keeps (backup_stores.new_identity:
     the target's own, or the backup's when it goes back where it was); None: the
     backup's own id is dropped and a fresh one is recorded (a copy elsewhere is
     another store).
     """
     target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
-    check_not_open(target, force)
+    files = files_of(backend)
+    check_not_open(target, force, backend)
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     scratch = scratch_path(target)
     try:
@@ -128,40 +132,47 @@ def restore_physical(
             raise VerificationError(
                 f"{name}: verification failed, nothing restored: {'; '.join(result.failures)}"
             )
-        local_files().set_identity(scratch, store_id)
+        files.set_identity(scratch, store_id)
         for suffix in ("-wal", "-shm", "-journal"):
             Path(str(scratch) + suffix).unlink(missing_ok=True)
-        kept = _swap_in(scratch, target, force=force)
+        kept = _swap_in(scratch, target, backend, force=force)
     finally:
         for suffix in ("", "-wal", "-shm", "-journal"):
             Path(str(scratch) + suffix).unlink(missing_ok=True)
     manifest = result.manifest
     assert manifest is not None
     details = {"kind": "physical", "created": manifest.created, "kept": str(kept) if kept else None}
-    _audit_file(target, "backup_restore", name, {"keys": manifest.keys}, details)
+    _audit_file(target, backend, "backup_restore", name, {"keys": manifest.keys}, details)
     return Swapped(str(target), str(kept) if kept else None, manifest, result.checks)
 
 
 def _audit_file(
-    db: Path, action: str, target: str, counts: dict[str, int], details: dict[str, Any]
+    db: Path,
+    backend: str,
+    action: str,
+    target: str,
+    counts: dict[str, int],
+    details: dict[str, Any],
 ) -> None:
     """The audit record of a restore, in the store it produced (best effort: it is done)."""
     from triggerfish_cli import audit
 
     with contextlib.suppress(TriggerfishError):
-        store = local_files().open(db)
+        store = files_of(backend).open(db)
         try:
             audit.record(store, action, target=target, counts=counts, details=details)
         finally:
             store.close()
 
 
-def _swap_in(new: Path, target: Path, *, force: bool, keep_as: str = PRE_RESTORE) -> Path | None:
+def _swap_in(
+    new: Path, target: Path, backend: str, *, force: bool, keep_as: str = PRE_RESTORE
+) -> Path | None:
     """Replace ``target`` with ``new`` atomically, keeping the old file under a new name."""
-    check_not_open(target, force)
+    check_not_open(target, force, backend)
     kept: Path | None = None
     if target.exists():
-        local_files().checkpoint(target, force)
+        files_of(backend).checkpoint(target, force)
         kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
         wal = Path(str(target) + "-wal")
         try:
@@ -198,6 +209,7 @@ def pre_restores(target: Path) -> list[Path]:
 
 def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
     """Put the newest ``<db>.pre-restore-<time>`` back; keep the current one as ``.undone-``."""
+    backend = file_backend()  # the store is known by its file alone
     target = Path(os.path.realpath(target))
     found = pre_restores(target)
     if not found:
@@ -205,16 +217,17 @@ def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
     newest = found[-1]
     if dry_run:
         return Swapped(str(target), str(newest), None, [], dry_run=True)
-    check_not_open(target, force)
+    check_not_open(target, force, backend)
     scratch = scratch_path(target)
     try:
         os.link(newest, scratch)
     except OSError:
         shutil.copy2(newest, scratch)
-    kept = _swap_in(scratch, target, force=force, keep_as=".undone-")
+    kept = _swap_in(scratch, target, backend, force=force, keep_as=".undone-")
     wal = Path(str(newest) + "-wal")
     if wal.exists():
         os.replace(wal, str(target) + "-wal")
     newest.unlink()
-    _audit_file(target, "backup_undo", newest.name, {}, {"kept": str(kept) if kept else None})
+    details = {"kept": str(kept) if kept else None}
+    _audit_file(target, backend, "backup_undo", newest.name, {}, details)
     return Swapped(str(target), str(kept) if kept else None, None, [f"put back {newest.name}"])

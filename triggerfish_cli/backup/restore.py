@@ -9,11 +9,12 @@ plan holds the dry-run document and the question to confirm.
 :meth:`RestorePlan.save_first` then makes the safety backup a logical restore
 that cannot be one transaction needs, and :meth:`RestorePlan.apply` restores,
 reporting progress. :func:`plan_undo` and :meth:`UndoPlan.apply` do the same
-for ``--undo``.
+for ``--undo``. :func:`restore_target` finds the local file either replaces.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,10 +52,12 @@ from triggerfish_cli.errors import (
     MissingStoreError,
     RefusedError,
     TriggerfishError,
+    UsageError,
 )
-from triggerfish_cli.locations import open_source
+from triggerfish_cli.locations import open_source, parse_location
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.settings import Settings, StorageConfig
+from triggerfish_cli.storage.backends import file_backend, local_file
 from triggerfish_cli.storage.provider import StorageProvider
 
 
@@ -70,9 +73,33 @@ class RestoreOptions:
     identities: Identities | None = None
 
 
+def restore_target(to: str | None, configured: Callable[[], StorageConfig]) -> Path | None:
+    """The local file a restore replaces (symlinks resolved): ``--to``'s, else the one the
+    store of the command (``configured()``) lives in; None when that store is not a local
+    file (a restore loads into it key by key).
+
+    ``--to`` takes a SQLite path in migrate's form (a ``/`` in it or a
+    ``.db``/``.sqlite``/``.sqlite3`` name); a bare word is refused, and so is a
+    Postgres or S3 location (restore into those through --config/--backend).
+    """
+    if to is None:
+        path = local_file(configured())
+        if path is None:
+            return None
+    else:
+        path = local_file(parse_location(to, "to"))
+        if path is None:
+            raise UsageError(
+                f"--to {to}: backup restore --to takes a SQLite file",
+                hint="restore into a Postgres or S3 store through the store of the command "
+                "(--config, or --backend and its settings)",
+            )
+    return Path(os.path.realpath(path.expanduser()))
+
+
 def target_store(target: Path) -> StoreRef:
     """The SQLite store a restore would replace, as backups name it (opened read-only)."""
-    place = StorageConfig("sqlite", path=target)
+    place = StorageConfig(file_backend(), path=target)
     try:
         store = open_source(place)
     except MissingStoreError:
@@ -211,6 +238,7 @@ class RestorePlan:
                     path,
                     name,
                     self.target,
+                    backend=manifest.backend,
                     force=options.force,
                     progress=progress,
                     store_id=store_id,
@@ -273,7 +301,7 @@ def plan_restore(
     plan = RestorePlan(dest, name, manifest, store, options, "logical", target, named=named)
     if manifest.kind == "physical" and target is not None and not options.logical:
         plan.way = "physical"
-        check_not_open(target, options.force)
+        check_not_open(target, options.force, manifest.backend)
         if target.exists():
             plan.question = (
                 f"Replace {target} with {name} (made {manifest.created}, {manifest.keys} keys)? "
@@ -342,5 +370,5 @@ def plan_undo(target: Path, *, force: bool, dry_run: bool = False) -> UndoPlan:
     """Refuses (exit 6) while another process has the store open, unless ``force``."""
     found = pre_restores(target)
     if not dry_run and found:
-        check_not_open(target, force)
+        check_not_open(target, force, file_backend())
     return UndoPlan(target, found, force)

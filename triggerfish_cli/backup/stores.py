@@ -103,9 +103,12 @@ def manifest_ref(manifest: Manifest) -> StoreRef:
 
 def same_place(manifest: Manifest, store: StoreRef) -> bool:
     """The backup was made of a store at the same place (backend, location, host)."""
-    if manifest.backend != store.backend or manifest.source != store.source:
+    # lazy: storage.backends adds 53 modules to backup.stores (backup list's groups)
+    from triggerfish_cli.storage.backends import in_local_files
+
+    if manifest.backend != store.backend or manifest.source != store.source:  # same backend?
         return False
-    if store.backend == "sqlite" and manifest.host and store.host:
+    if in_local_files(store.backend) and manifest.host and store.host:  # a file: on this host
         return manifest.host == store.host
     return True
 

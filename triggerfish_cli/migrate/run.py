@@ -32,6 +32,7 @@ from triggerfish_cli.migrate.planning import (
     Progress,
 )
 from triggerfish_cli.serialization import now_iso, parse_iso, utc_now
+from triggerfish_cli.storage.backends import gateway_index
 from triggerfish_cli.storage.provider import StorageProvider, batched
 from triggerfish_cli.threads import Worker, prefetched
 
@@ -212,7 +213,7 @@ def finish(source: StorageProvider, target: StorageProvider, result: Result) -> 
 
 def _index(target: StorageProvider, progress: Progress, result: Result) -> None:
     """Step 2 of :func:`finish` (each step a function: the kill tests stop between them)."""
-    if progress.memory_keys and target.backend == "sqlite":
+    if progress.memory_keys and gateway_index(target.backend):
         from triggerfish_cli.memory.indexes import bring_in_line
 
         result.index_note = bring_in_line(target)

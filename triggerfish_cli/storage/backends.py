@@ -1,5 +1,5 @@
 """The backends, one typed table: what each is called, the ``storage:`` settings it
-takes, how a store of it is opened, and which memory search index serves it.
+takes, how a store of it is opened and named, and which memory search index serves it.
 
 Everything that differs by backend and is not a method of the provider is
 here; nothing outside ``storage/`` names a backend's module.
@@ -17,7 +17,14 @@ from triggerfish_cli.errors import InvalidDataError, RefusedError
 from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
 from triggerfish_cli.storage.in_memory import MemoryStorage
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.remote_settings import postgres_section, s3_section
+from triggerfish_cli.storage.remote_settings import (
+    describe_postgres,
+    describe_s3,
+    postgres_location,
+    postgres_section,
+    s3_location,
+    s3_section,
+)
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.gate_modes import MODES, choose_mode
 from triggerfish_cli.storage.sqlite.local_files import LOCAL_FILES, LocalFiles
@@ -41,6 +48,11 @@ class Backend:
     open: Callable[[StorageConfig, bool], StorageProvider]
     #: The memory search index serving a store of this backend.
     memory_index: Callable[[StorageProvider], MemoryIndex]
+    #: Where a store a config names is while it is not open, in the form of its
+    #: ``describe()`` (migrate's messages, a missing store's place, metrics).
+    describe: Callable[[StorageConfig], str]
+    #: Where it is for ``status``: a path, a DSN and schema, a bucket and endpoint.
+    location: Callable[[StorageConfig], str]
     #: Checks a physical copy of a store (a backup's snapshot), where the backend
     #: makes them: ``(path, page count, count(conn), workers, checks, failures)``
     #: -> ``count``'s result, or None when the copy is not sound.
@@ -55,6 +67,15 @@ class Backend:
     #: The work on the local file a store of this backend lives in (a physical
     #: restore swaps it); None: its stores are not local files.
     files: LocalFiles | None = None
+    #: A store of it lives for one command (memory): nothing to migrate to or from.
+    transient: bool = False
+    #: The gateway searches this backend's memory index itself (SQLite's FTS5 tables):
+    #: memories copied in behind its back (a migration) must be indexed there. Elsewhere
+    #: the index is ours and catches up with kv when searched.
+    gateway_index: bool = False
+    #: Its settings may hold server-side encryption (``sse``, ``sse_kms_key_id``: S3's),
+    #: which a backup destination takes when no other is given.
+    sse_settings: bool = False
 
 
 # -- the memory indexes ----------------------------------------------------------------
@@ -228,6 +249,22 @@ def _memory_options(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
     return {}
 
 
+# -- where a store is ------------------------------------------------------------------
+
+
+def _describe_sqlite(config: StorageConfig) -> str:
+    return f"sqlite:{config.path}"
+
+
+def _sqlite_location(config: StorageConfig) -> str:
+    return config.backend if config.path is None else str(config.path)
+
+
+def _by_name(config: StorageConfig) -> str:
+    """A store with no place but its backend (memory: it lives for one command)."""
+    return config.backend
+
+
 BACKENDS: dict[str, Backend] = {
     backend.name: backend
     for backend in (
@@ -236,15 +273,41 @@ BACKENDS: dict[str, Backend] = {
             _sqlite_options,
             _open_sqlite,
             _fts5_index,
+            describe=_describe_sqlite,
+            location=_sqlite_location,
             check_copy=_check_sqlite_copy,
             copy_rows=_sqlite_copy_rows,
             count_copy=_count_sqlite_copy,
             snapshot_source=_sqlite_snapshots,
             files=LOCAL_FILES,
+            gateway_index=True,
         ),
-        Backend("memory", _memory_options, _open_memory, scan_index),
-        Backend("postgres", postgres_section, _open_postgres, _tsvector_index),
-        Backend("s3", s3_section, _open_s3, scan_index),
+        Backend(
+            "memory",
+            _memory_options,
+            _open_memory,
+            scan_index,
+            describe=_by_name,
+            location=_by_name,
+            transient=True,
+        ),
+        Backend(
+            "postgres",
+            postgres_section,
+            _open_postgres,
+            _tsvector_index,
+            describe=describe_postgres,
+            location=postgres_location,
+        ),
+        Backend(
+            "s3",
+            s3_section,
+            _open_s3,
+            scan_index,
+            describe=describe_s3,
+            location=s3_location,
+            sse_settings=True,
+        ),
     )
 }
 
@@ -267,6 +330,20 @@ def memory_index_for(provider: StorageProvider) -> MemoryIndex:
     """The memory index serving ``provider`` (one of no backend here: the RAM scan)."""
     backend = BACKENDS.get(provider.backend)
     return scan_index(provider) if backend is None else backend.memory_index(provider)
+
+
+def describe_config(config: StorageConfig) -> str:
+    """Where the store ``config`` names is while it is not open, in the form of its
+    ``describe()`` (a backend not here: its name)."""
+    backend = BACKENDS.get(config.backend)
+    return config.backend if backend is None else backend.describe(config)
+
+
+def location_of(config: StorageConfig) -> str:
+    """``status``'s location of the store ``config`` names: the path, DSN (no password:
+    refused by the DSN check) or bucket/prefix (a backend not here: its name)."""
+    backend = BACKENDS.get(config.backend)
+    return config.backend if backend is None else backend.location(config)
 
 
 def parse_storage_section(
@@ -294,13 +371,54 @@ def check_storage_section(section: Any, config_path: Path) -> None:
     parse_storage_section(section, config_path)
 
 
+# -- what else differs by backend ------------------------------------------------------
+
+
+def transient(name: str) -> bool:
+    """Whether a store of backend ``name`` lives for one command only (memory)."""
+    backend = BACKENDS.get(name)
+    return backend is not None and backend.transient
+
+
+def gateway_index(name: str) -> bool:
+    """Whether the gateway searches the memory index of a store of backend ``name``
+    itself (SQLite's FTS5 tables), which a bulk copy must then bring in line."""
+    backend = BACKENDS.get(name)
+    return backend is not None and backend.gateway_index
+
+
+def has_sse_settings(section: Mapping[str, Any] | None) -> bool:
+    """Whether the ``storage:`` section names a backend whose settings may hold
+    server-side encryption (S3), which a backup destination then takes by default."""
+    name = None if section is None else section.get("backend")
+    backend = BACKENDS.get(name) if isinstance(name, str) else None
+    return backend is not None and backend.sse_settings
+
+
 # -- stores kept in local files (a physical restore, status) ------------------------------
 
 
-def local_files() -> LocalFiles:
-    """The work on a store kept in one local file: a physical restore's target, the
-    processes that have a file open (SQLite's, the backend whose stores are files)."""
-    return LOCAL_FILES
+def files_of(name: str) -> LocalFiles:
+    """The work on the local file a store of backend ``name`` lives in (a physical
+    restore swaps it, and asks who has it open); refused (exit 8) for a backend whose
+    stores are not local files."""
+    backend = BACKENDS.get(name)
+    if backend is None or backend.files is None:
+        raise InvalidDataError(f"a {name!r} store is not a local file: there is none to swap")
+    return backend.files
+
+
+def file_backend() -> str:
+    """The backend of a store known by its local file alone (``backup restore --to PATH``,
+    ``--undo``): the one whose stores are local files (SQLite)."""
+    (name,) = (backend.name for backend in BACKENDS.values() if backend.files is not None)
+    return name
+
+
+def openers(path: Path) -> list[int] | None:
+    """The processes that have ``path`` open, any file (None: this system does not show
+    them), from the process table SQLite's write gate reads (``status``: daemon.json)."""
+    return LOCAL_FILES.openers(path)
 
 
 def in_local_files(name: str) -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from triggerfish_cli.errors import InvalidDataError, RefusedError
-from triggerfish_cli.settings import check_keys, positive_int
+from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
 
 DEFAULT_SCHEMA = "triggerfish"
 DEFAULT_CONNECT_TIMEOUT = 5
@@ -105,6 +105,21 @@ def postgres_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
             section["connect_timeout"], "storage.connect_timeout"
         )
     return options
+
+
+def describe_postgres(config: StorageConfig) -> str:
+    """Where a Postgres store that is not open is: its DSN (never a password) and schema."""
+    options = config.options
+    return f"postgres:{options.get('dsn') or '(libpq environment)'} schema " + str(
+        options.get("schema", DEFAULT_SCHEMA)
+    )
+
+
+def postgres_location(config: StorageConfig) -> str:
+    """``status``'s location of a Postgres store: its DSN and schema."""
+    options = config.options
+    dsn = options.get("dsn") or "(the libpq environment)"
+    return f"{dsn} schema {options.get('schema', DEFAULT_SCHEMA)}"
 
 
 def split_postgres_url(url: str) -> tuple[str, str | None]:
@@ -208,6 +223,20 @@ def s3_section(section: Mapping[str, Any], base: Path) -> dict[str, Any]:
     if key_id:
         options["sse_kms_key_id"] = key_id
     return options
+
+
+def describe_s3(config: StorageConfig) -> str:
+    """Where an S3 store that is not open is: ``s3://bucket/prefix``."""
+    options = config.options
+    return f"s3://{options.get('bucket')}/{options.get('prefix', '')}"
+
+
+def s3_location(config: StorageConfig) -> str:
+    """``status``'s location of an S3 store: its bucket and prefix, and the endpoint."""
+    options = config.options
+    where = f"s3://{options.get('bucket', '')}/{options.get('prefix', '')}"
+    endpoint = options.get("endpoint_url")
+    return f"{where} at {endpoint}" if endpoint else where
 
 
 def parse_s3_url(url: str) -> dict[str, Any]:

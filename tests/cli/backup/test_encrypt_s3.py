@@ -203,3 +203,25 @@ def test_an_encrypted_logical_backup_of_every_backend_restores(
     assert run.exit_code == 0, run.stderr
     restored = {k: v for k, v in store.contents().items() if ":admin_backup_" not in k}
     assert restored == rows
+
+
+@pytest.mark.parametrize("store", ["s3"], indirect=True)
+def test_a_backup_into_s3_takes_the_s3_store_s_own_sse(
+    cli: CliFn, store: StoreHandle, s3: S3, base_dir: Path
+) -> None:
+    """No --sse and no backup: sse: the storage: section's, when the store is in S3."""
+    key_id = "arn:aws:kms:us-east-1:123456789012:key/feedbeef-12ab-34cd-56ef-1234567890ab"
+    config = base_dir / "triggerfish.yaml"
+    config.write_text(config.read_text() + f"  sse: aws:kms\n  sse_kms_key_id: {key_id}\n")
+    store.seed({"sessions:a": "1"})
+    bucket = s3.new_bucket()
+    run = cli(
+        *store.args, "backup", "create", "--to", f"s3://{bucket}/b/", "--endpoint-url",
+        s3.endpoint_url, "-f", "json",
+    )  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    document = run.json()
+    assert isinstance(document, dict)
+    head: Any = s3.client().head_object(Bucket=bucket, Key=f"b/{document['name']}")  # type: ignore[attr-defined]
+    assert head["ServerSideEncryption"] == "aws:kms"
+    assert head["SSEKMSKeyId"].endswith("feedbeef-12ab-34cd-56ef-1234567890ab")

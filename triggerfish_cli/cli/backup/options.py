@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from triggerfish_cli.errors import NotFoundError, UsageError
+from triggerfish_cli.storage.backends import has_sse_settings
 
 if TYPE_CHECKING:
     from triggerfish_cli.backup.crypt import Identities
@@ -133,8 +134,7 @@ def sse_of(
     found = backup_settings(st.settings())
     if found.sse is not None:
         return found.sse, found.sse_kms_key_id
-    storage = st.settings().storage_section()
-    if storage is not None and storage.get("backend") == "s3":
+    if has_sse_settings(st.settings().storage_section()):
         options = st.storage_config().options
         return options.get("sse"), options.get("sse_kms_key_id")
     return None, None

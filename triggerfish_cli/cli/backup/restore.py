@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,7 +16,6 @@ from triggerfish_cli.cli.backup.options import (
     identities,
     pick,
 )
-from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
@@ -26,35 +24,6 @@ from triggerfish_cli.cli.options import (
     begin,
 )
 from triggerfish_cli.errors import UsageError
-from triggerfish_cli.storage.backends import local_file
-
-
-def _sqlite_target(st: AppState, to: str | None) -> Path | None:
-    """The SQLite file a restore replaces (symlinks resolved), None when the store is not SQLite.
-
-    ``--to`` takes a SQLite path in migrate's form (a ``/`` in it or a
-    ``.db``/``.sqlite``/``.sqlite3`` name); a bare word is refused, and so is a
-    Postgres or S3 location (restore into those through --config/--backend).
-    """
-    import os
-
-    if to is None:
-        config = st.storage_config()
-        path = local_file(config)
-        if path is None:
-            return None
-    else:
-        from triggerfish_cli.locations import parse_location
-
-        config = parse_location(to, "to")
-        path = local_file(config)
-        if path is None:
-            raise UsageError(
-                f"--to {to}: backup restore --to takes a SQLite file",
-                hint="restore into a Postgres or S3 store through the store of the command "
-                "(--config, or --backend and its settings)",
-            )
-    return Path(os.path.realpath(path.expanduser()))
 
 
 @app.command("restore")
@@ -146,7 +115,7 @@ def restore_cmd(
     dry run counts, per namespace, what would be written and deleted.
     """
     from triggerfish_cli.backup.include import normalize
-    from triggerfish_cli.backup.restore import RestoreOptions
+    from triggerfish_cli.backup.restore import RestoreOptions, restore_target
     from triggerfish_cli.cli.backup.restore_run import run_restore, run_undo, target_store
 
     st, out = begin(ctx, fmt, quiet)
@@ -156,12 +125,12 @@ def restore_cmd(
             raise UsageError(
                 "--undo takes no FILE, --latest, --replace, --merge, --logical or --include"
             )
-        target = _sqlite_target(st, to)
+        target = restore_target(to, st.storage_config)
         if target is None:
             raise UsageError("--undo applies to a SQLite store (give --db or --to)")
         run_undo(out, target, force=force, yes=yes, dry_run=dry_run)
         return
-    target = _sqlite_target(st, to)
+    target = restore_target(to, st.storage_config)
     store = target_store(st, target)
     dest, name = pick(file, latest, source, endpoint_url, store)
     run_restore(

@@ -39,7 +39,7 @@ Passwords never come from triggerfish.yaml: libpq reads ``PGPASSWORD``,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -215,6 +215,31 @@ class PostgresStorage(PostgresSchema, PostgresWrites, PostgresStats):
 
     def atomic_loads(self) -> bool:
         return True
+
+    def load_at_once(
+        self,
+        rows: Iterable[tuple[str, str]],
+        *,
+        replace: bool,
+        only: Sequence[str] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> tuple[int, int]:
+        """Always one transaction: the provider's own transactions (deletes, each batch's
+        COPY or upsert) nest in it as savepoints."""
+        written = deleted = 0
+        with self.connection.transaction():
+            if replace and only:
+                doomed = [key for prefix in only for key in self.scan_keys(prefix, batch_size=5000)]
+                deleted = self.delete_many(doomed, batch_size=1000) if doomed else 0
+            elif replace:
+                deleted = self.count()
+                self.clear()
+            for batch in batched(rows, 5000):
+                self.set_batched(batch)
+                written += len(batch)
+                if on_batch is not None:
+                    on_batch(len(batch))
+        return written, deleted
 
     def lock(self, name: str, wait: float = 0.0) -> AbstractContextManager[None]:
         """A server-side advisory lock (see :mod:`~triggerfish_cli.storage.postgres.lock`)."""

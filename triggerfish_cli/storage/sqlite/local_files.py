@@ -4,8 +4,8 @@ A physical restore (backup/physical.py) swaps a checked scratch copy in for
 the store's file: it asks here who has the file open, gives the scratch its
 identity, empties the live store's WAL into its file first and reads the rows
 of a physical snapshot. ``status`` asks which processes have a file open.
-They reach it through the Backend table (``storage.backends.local_files``),
-never by importing this module.
+They reach it through the Backend table (``Backend.files``: ``storage.backends.files_of``
+the manifest's or the store's backend; ``openers``), never by importing this module.
 """
 
 from __future__ import annotations
