@@ -92,7 +92,9 @@ def create(
 
 COMPRESS_ALONE = """
 import sys
+from triggerfish_cli.backup.big_buffers import reuse_big_buffers
 from triggerfish_cli.backup.streams import HashingWriter, compress_stream, read_chunks
+reuse_big_buffers()  # the allocator as `backup create` sets it: the same work, not more
 class Null:
     def write(self, data): return len(data)
     def flush(self): pass
@@ -120,6 +122,18 @@ def report_throughput(name: str, ours: list[float], limit: list[float], target: 
         f"throughput {ratio:5.2f}x  target >= {target}x  {'OK' if ok else 'MISSED'}{between}"
     )
     return ok
+
+
+def clean_limit(ours: list[float], limit: list[float], name: str) -> bool:
+    """A limit is part of the job it is compared with: measured slower than that job,
+    it was not taken cleanly (BENCH-NOTES.md), and the comparison proves nothing."""
+    if median(limit) <= median(ours):
+        return True
+    print(
+        f"  NOT A CLEAN LIMIT: {name} ({median(limit):.3f} s) ran slower than the job that "
+        f"does all of its work and more ({median(ours):.3f} s); re-run on a quiet machine"
+    )
+    return False
 
 
 def main() -> None:
@@ -196,9 +210,11 @@ def main() -> None:
         times["cp + fsync"],
         0.5,
     )
+    ok &= clean_limit(times["create -c none"], times["cp + fsync"], "cp + fsync")
     ok &= report(
         "zstd create vs the compression alone", times["create zstd"], times["zstd alone"], 1.35
     )
+    ok &= clean_limit(times["create zstd"], times["zstd alone"], "the compression alone")
     ok &= report("verify vs zstd create", times["verify zstd"], times["create zstd"], 2.0)
     ok &= report(
         "encrypted zstd create vs zstd create",
