@@ -745,11 +745,7 @@ def test_the_mirror_check_finds_a_flat_domain_test(tmp_path: Path) -> None:
 #: leave this table. Every other module explains each of them with a ``# lazy:`` comment
 #: (an import cycle, or a start-up cost measured with ``python -X importtime``).
 LAZY_IMPORTS_TO_AUDIT: dict[str, int] = {
-    "backup/stores.py": 3,
     "cli/backup/restore.py": 5,
-    "locations.py": 3,
-    "migrate/run.py": 1,
-    "status.py": 7,
 }
 
 
