@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
+from triggerfish_cli.paths import default_db_path
 from triggerfish_cli.settings import StorageConfig, load_settings
 from triggerfish_cli.storage.backends import describe_config as backend_describe
 from triggerfish_cli.storage.backends import in_local_files, parse_storage_section, transient
@@ -82,8 +83,6 @@ def _from_yaml(path: Path, role: str) -> StorageConfig:
         raise UsageError(f"{path}: a memory store lives for one command; nothing to migrate")
     store_path = options.pop("path", None)
     if in_local_files(backend) and store_path is None:
-        from triggerfish_cli.paths import default_db_path
-
         store_path = default_db_path()
     return StorageConfig(
         backend,
@@ -96,6 +95,7 @@ def _from_yaml(path: Path, role: str) -> StorageConfig:
 
 def open_source(config: StorageConfig) -> StorageProvider:
     """The source, read-only (every backend's ``read_only`` open)."""
+    # lazy: storage.factory (+1 module) is not loaded by `migrate` refusing a location
     from triggerfish_cli.storage.factory import open_provider
 
     return open_provider(replace(config, options={**config.options, "read_only": True}))
@@ -103,6 +103,7 @@ def open_source(config: StorageConfig) -> StorageProvider:
 
 def open_target(config: StorageConfig, *, create: bool) -> StorageProvider | None:
     """The target; created when ``create``, else None when it does not exist yet."""
+    # lazy: storage.factory (+1 module) is not loaded by `migrate` refusing a location
     from triggerfish_cli.storage.factory import open_provider
 
     if not create:

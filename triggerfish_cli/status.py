@@ -41,6 +41,7 @@ from triggerfish_cli.fileio import pid_alive
 from triggerfish_cli.paths import BaseDir, resolve_base
 from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage.backends import location_of, openers
+from triggerfish_cli.storage.identity import read_id
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: Audit hooks whose newest record status shows.
@@ -122,8 +123,6 @@ def collect(
         report.error, report.missing = exc.message, exc
         return report
     report.exists = True
-    from triggerfish_cli.storage.identity import read_id
-
     report.store_id = _part(report, "store id", lambda: read_id(provider))
     report.keys = _part(report, "keys", provider.count)
     path = provider.database_file()
@@ -255,6 +254,7 @@ def _record(provider: StorageProvider, key: str | None) -> dict[str, Any] | None
 
 def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] | None:
     """The newest backup of this store in ``directory``, and how many it holds."""
+    # lazy: backup.dest and backup.stores add 17 modules to `status` of a missing store
     from triggerfish_cli.backup.dest import LocalDestination
     from triggerfish_cli.backup.stores import ref_of, same_store
 
@@ -281,6 +281,7 @@ def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] 
 
 def memory_drift(provider: StorageProvider) -> dict[str, Any]:
     """Index drift over every level, as ``memory reindex --dry-run`` (counts only)."""
+    # lazy: classification and memory.indexes add 6 modules to `status` of a missing store
     from triggerfish_cli.classification import Level
     from triggerfish_cli.memory.indexes import index_for
 
@@ -292,6 +293,7 @@ def memory_drift(provider: StorageProvider) -> dict[str, Any]:
 
 
 def config_versions(provider: StorageProvider) -> dict[str, Any]:
+    # lazy: config.versions adds 10 modules (hashlib) to `status` of a missing store
     from triggerfish_cli.config.versions import version_numbers
 
     numbers = version_numbers(provider)

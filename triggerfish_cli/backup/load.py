@@ -13,12 +13,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli.backup.crypt import Identities, Recipient
+from triggerfish_cli.backup.crypt import IDENTITY_ENV, Identities, Recipient
 from triggerfish_cli.backup.decompress import decompress_chunks
+from triggerfish_cli.backup.dest import LocalDestination
 from triggerfish_cli.backup.manifest import Manifest
-from triggerfish_cli.backup.verify import Verified, iter_lines, verify_file
-from triggerfish_cli.errors import BusyError, RefusedError, TriggerfishError, VerificationError
+from triggerfish_cli.backup.verify import Verified, iter_lines, payload_stream, verify_file
+from triggerfish_cli.errors import (
+    BusyError,
+    RefusedError,
+    TriggerfishError,
+    UsageError,
+    VerificationError,
+)
+from triggerfish_cli.memory.keys import PREFIX
+from triggerfish_cli.paths import store_backups_dir
 from triggerfish_cli.storage.backends import files_of
+from triggerfish_cli.storage.identity import ensure_id
 from triggerfish_cli.storage.provider import StorageProvider, batched
 
 
@@ -63,10 +73,9 @@ def load_mode(
     ``include`` (backup/include.py): only keys under those prefixes count.
     """
     if replace and merge:
-        from triggerfish_cli.errors import UsageError
-
         raise UsageError("--replace and --merge exclude each other")
     if include:
+        # lazy: backup.include (+1 module) is not loaded by `backup diff`
         from triggerfish_cli.backup.include import holds_any
 
         empty = not holds_any(provider, include)
@@ -117,9 +126,8 @@ def safety_backup(
             "nothing restored",
             hint="add backup: recipients to triggerfish.yaml",
         )
+    # lazy: backup.create adds 4 modules to `backup restore`; only a safety backup needs it
     from triggerfish_cli.backup.create import create_backup
-    from triggerfish_cli.backup.dest import LocalDestination
-    from triggerfish_cli.paths import store_backups_dir
 
     dest = LocalDestination(store_backups_dir(), create=True)
     created = create_backup(
@@ -146,6 +154,7 @@ def load_logical(
     store goes back where it was: backup_stores.new_identity); None: a fresh one.
     ``include``: only the keys under those prefixes (backup/include.py).
     """
+    # lazy: backup.include (+1 module) is not loaded by `backup diff`
     from triggerfish_cli.backup.include import memory_levels, only
 
     result = verified(archive, name, scratch, identities=identities)
@@ -157,13 +166,13 @@ def load_logical(
         return only(found, include) if include else found
 
     if mode == "merge" or include:  # rows put beside a store's memories: no write-down
-        from triggerfish_cli.memory.keys import PREFIX
+        # lazy: memory.records adds 7 modules to `backup restore` (without --merge/--include)
         from triggerfish_cli.memory.records import refuse_write_down
 
         refuse_write_down((row for row in rows() if row[0].startswith(PREFIX)), provider, name)
     written, deleted = _load(provider, rows(), mode, on_progress, include)
+    # lazy: audit (+1 module) is not loaded by `backup restore --dry-run`
     from triggerfish_cli import audit
-    from triggerfish_cli.storage.identity import ensure_id
 
     ensure_id(provider, store_id)
 
@@ -180,6 +189,7 @@ def load_logical(
             **({"include": list(include)} if include else {}),
         },
     )
+    # lazy: memory.indexes adds 3 modules to `backup restore` (without --merge/--include)
     from triggerfish_cli.memory.indexes import bring_in_line
 
     levels = memory_levels(include) if include else None
@@ -188,9 +198,6 @@ def load_logical(
 
 
 def needs_identity(name: str) -> TriggerfishError:
-    from triggerfish_cli.backup.crypt import IDENTITY_ENV
-    from triggerfish_cli.errors import UsageError
-
     return UsageError(
         f"{name} is encrypted: restoring it needs its identity: nothing restored",
         hint=f"give --identity FILE (or set {IDENTITY_ENV} to the file's path)",
@@ -230,6 +237,7 @@ def plan_include(
     identities: Identities | None = None,
 ) -> Any:
     """What ``--include`` would restore, per namespace (backup_include.IncludePlan)."""
+    # lazy: backup.include (+1 module) is not loaded by `backup diff`
     from triggerfish_cli.backup.include import plan
 
     result = verified(archive, name, scratch, identities=identities)
@@ -243,8 +251,6 @@ def plan_include(
 def _archive_rows(
     archive: Path, manifest: Manifest, snapshot: Path, identities: Identities | None
 ) -> Iterator[tuple[str, str]]:
-    from triggerfish_cli.backup.verify import payload_stream
-
     if manifest.kind == "physical":
         yield from files_of(manifest.backend).snapshot_rows(snapshot)
         return
@@ -266,6 +272,7 @@ def _load(
 ) -> tuple[int, int]:
     """Load ``rows``; ``replace`` first deletes every key (``include``: those under
     the prefixes only)."""
+    # lazy: backup.include (+1 module) is not loaded by `backup diff`
     from triggerfish_cli.backup.include import target_keys
 
     def advance(count: int) -> None:

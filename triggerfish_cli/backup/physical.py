@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,8 +86,6 @@ class Swapped:
 def scratch_path(target: Path) -> Path:
     """The scratch file beside ``target``; those of dead processes (kill -9) are removed,
     with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside them."""
-    import re
-
     pattern = re.compile(
         rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp(?:-wal|-shm|-journal)?$"
     )
@@ -155,6 +154,7 @@ def _audit_file(
     details: dict[str, Any],
 ) -> None:
     """The audit record of a restore, in the store it produced (best effort: it is done)."""
+    # lazy: audit (+1 module) is not loaded by `backup restore --dry-run`
     from triggerfish_cli import audit
 
     with contextlib.suppress(TriggerfishError):

@@ -27,10 +27,12 @@ from typing import Any
 
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.identity import read_id
 from triggerfish_cli.storage.provider import StorageProvider
 
 
 def hostname() -> str:
+    # lazy: socket (+2 modules) is not loaded by `status` of a store with no backups
     import socket
 
     return socket.gethostname()
@@ -75,6 +77,7 @@ def config_location(config: StorageConfig) -> str:
     """:func:`location` of a store that is not open (missing or unreachable)."""
     if config.path is not None:  # a store in one file (only SQLite's config has a path)
         return f"{config.backend}:{os.path.realpath(config.path.expanduser())}"
+    # lazy: locations (+1 module) is not loaded by `backup list` or `status`
     from triggerfish_cli.locations import describe_config
 
     return describe_config(config)
@@ -82,8 +85,6 @@ def config_location(config: StorageConfig) -> str:
 
 def ref_of(provider: StorageProvider) -> StoreRef:
     """The open store ``provider`` (reads only)."""
-    from triggerfish_cli.storage.identity import read_id
-
     empty = next(iter(provider.scan_keys(batch_size=1)), None) is None
     return StoreRef(
         provider.backend, location(provider), read_id(provider), hostname(), True, empty

@@ -24,6 +24,7 @@ from triggerfish_cli.errors import (
     UsageError,
     VerificationError,
 )
+from triggerfish_cli.memory.indexes import bring_in_line
 from triggerfish_cli.migrate.planning import (
     DEFAULT_BATCH,
     PROGRESS_KEY,
@@ -214,8 +215,6 @@ def finish(source: StorageProvider, target: StorageProvider, result: Result) -> 
 def _index(target: StorageProvider, progress: Progress, result: Result) -> None:
     """Step 2 of :func:`finish` (each step a function: the kill tests stop between them)."""
     if progress.memory_keys and gateway_index(target.backend):
-        from triggerfish_cli.memory.indexes import bring_in_line
-
         result.index_note = bring_in_line(target)
 
 

@@ -114,6 +114,7 @@ def restore_cmd(
     same transaction). Keys under no included prefix are never touched. The
     dry run counts, per namespace, what would be written and deleted.
     """
+    # lazy: backup.include, backup.restore and restore_run add 41 modules to `backup --help`
     from triggerfish_cli.backup.include import normalize
     from triggerfish_cli.backup.restore import RestoreOptions, restore_target
     from triggerfish_cli.cli.backup.restore_run import run_restore, run_undo, target_store

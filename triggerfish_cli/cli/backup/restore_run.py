@@ -16,6 +16,7 @@ from triggerfish_cli.cli.backup.options import this_store
 from triggerfish_cli.cli.backup.output import show_restore
 from triggerfish_cli.errors import TriggerfishError
 from triggerfish_cli.settings import StorageConfig
+from triggerfish_cli.storage.backends import file_backend
 from triggerfish_cli.storage.factory import open_provider
 
 if TYPE_CHECKING:
@@ -46,7 +47,7 @@ def run_restore(
     def open_store() -> StorageProvider:
         if target is None:
             return st.provider(create=True)  # a restore into an empty target makes it
-        return st.keep(open_provider(StorageConfig("sqlite", path=target), create=True))
+        return st.keep(open_provider(StorageConfig(file_backend(), path=target), create=True))
 
     plan = plan_restore(dest, name, target, store, options, open_store=open_store, dry_run=dry_run)
     if dry_run:
