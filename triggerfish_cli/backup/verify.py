@@ -16,7 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +30,7 @@ from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
 from triggerfish_cli.backup.dest import Destination, temp_dir
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.partial import above
+from triggerfish_cli.backup.scratch import memory_dir
 from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
@@ -87,13 +88,14 @@ def verify_file(
     path: Path,
     name: str | None = None,
     *,
-    snapshot: Path | None = None,
+    snapshot: Path | Callable[[int], Path] | None = None,
     durable: bool = False,
     progress: Reporter | None = None,
     identities: Identities | None = None,
 ) -> Verified:
-    """Verify a local archive. ``snapshot``: where to decompress a physical one (kept);
-    ``durable``: fsync it (it is to become a store); ``progress``: told each phase.
+    """Verify a local archive. ``snapshot``: where to decompress a physical one (kept),
+    or a function of its size in bytes that says where; ``durable``: fsync it (it is to
+    become a store); ``progress``: told each phase.
 
     An encrypted archive is decrypted with ``identities`` (a key that opens
     none of it is exit 4); without them only what is outside the encryption
@@ -120,6 +122,8 @@ def verify_file(
                 if manifest.kind == "physical":
                     if snapshot is None:
                         raise ValueError("a physical backup needs a scratch file to verify")
+                    if callable(snapshot):
+                        snapshot = snapshot(manifest.content_bytes)
                     size = _write_snapshot(reader, manifest, snapshot, durable, progress)
                     counts = None
                 else:
@@ -161,7 +165,7 @@ def verify_file(
         return result
     result.checks.append(f"{size} bytes decompressed")
     if manifest.kind == "physical":
-        assert snapshot is not None
+        assert isinstance(snapshot, Path)
         progress.phase(f"integrity check of {name}")
         counts = _check_physical(snapshot, manifest, result)
     if counts is not None:
@@ -411,17 +415,26 @@ def verify_in(
     identities: Identities | None = None,
 ) -> Verified:
     """Verify one archive of a destination and record the verdict beside it (not for a
-    keyless check of an encrypted one: its contents were not checked)."""
+    keyless check of an encrypted one: its contents were not checked).
+
+    A physical backup is decompressed into ``scratch`` when given; else in memory
+    when it fits (backup/scratch.py), else beside the backups (else the system temp)."""
     if progress is not None:
         progress.phase(f"fetching {name}")
-    with (
-        temp_dir(scratch or dest.scratch_dir(), "verify") as work,
-        dest.local_copy(name, work) as path,
-    ):
+    with contextlib.ExitStack() as stack:
+        work = stack.enter_context(temp_dir(scratch or dest.scratch_dir(), "verify"))
+        path = stack.enter_context(dest.local_copy(name, work))
+
+        def snapshot(content_bytes: int) -> Path:
+            memory = None if scratch is not None else memory_dir(content_bytes)
+            if memory is None:
+                return work / "snapshot.db"
+            return stack.enter_context(temp_dir(memory, "verify")) / "snapshot.db"
+
         size = path.stat().st_size
         try:
             result = verify_file(
-                path, name, snapshot=work / "snapshot.db", progress=progress, identities=identities
+                path, name, snapshot=snapshot, progress=progress, identities=identities
             )
         except InvalidDataError as exc:
             result = Verified(name, None, [exc.message], invalid=True)

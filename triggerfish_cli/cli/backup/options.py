@@ -72,6 +72,17 @@ ScratchOpt = Annotated[
         show_default=False,
     ),
 ]
+VerifyScratchOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--scratch",
+        metavar="DIR",
+        help="Where to decompress for checking (default: in memory, /dev/shm, when the "
+        "copy fits there and leaves twice its size of memory available; else the backup's "
+        "directory, else the system temp directory).",
+        show_default=False,
+    ),
+]
 
 IdentityOpt = Annotated[
     list[Path] | None,
