@@ -58,17 +58,24 @@ def places(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     return seen
 
 
+@pytest.fixture
+def shm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A directory standing in for /dev/shm (a tmpfs, as far as scratch.py can tell)."""
+    directory = tmp_path / "shm"
+    directory.mkdir()
+    monkeypatch.setattr(scratch, "MEMORY_DIR", directory)
+    monkeypatch.setattr(scratch, "_is_tmpfs", lambda path: path == directory)
+    return directory
+
+
 def test_verify_decompresses_in_memory_and_leaves_nothing_there(
     cli: CliFn,
     gateway_db: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     places: list[Path],
+    shm: Path,
 ) -> None:
-    shm = tmp_path / "shm"
-    shm.mkdir()
-    monkeypatch.setattr(scratch, "MEMORY_DIR", shm)
-    monkeypatch.setattr(scratch, "_is_tmpfs", lambda directory: directory == shm)
     archive = create(cli)
     run = cli("backup", "verify", str(archive))
     assert run.exit_code == 0, run.stderr
@@ -85,11 +92,8 @@ def test_verify_uses_the_disk_when_memory_is_short_and_scratch_when_given(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     places: list[Path],
+    shm: Path,
 ) -> None:
-    shm = tmp_path / "shm"
-    shm.mkdir()
-    monkeypatch.setattr(scratch, "MEMORY_DIR", shm)
-    monkeypatch.setattr(scratch, "_is_tmpfs", lambda directory: directory == shm)
     archive = create(cli)
     chosen = tmp_path / "chosen"
     run = cli("backup", "verify", str(archive), "--scratch", str(chosen))
