@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -104,3 +106,26 @@ def test_verify_uses_the_disk_when_memory_is_short_and_scratch_when_given(
     assert run.exit_code == 0, run.stderr
     assert places[-1].parent.parent == archive.parent  # beside the backups, as before
     assert list(shm.iterdir()) == [] and list(chosen.iterdir()) == []
+
+
+def test_a_killed_verify_s_copy_in_memory_is_removed_by_the_next_one(
+    cli: CliFn, gateway_db: Path, shm: Path, places: list[Path]
+) -> None:
+    """A verify killed mid-copy leaves its scratch in RAM: the next verify takes it away."""
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    dead = int(gone.stdout)
+    stale = shm / f".tfadmin-{dead}-abc123.verify"
+    stale.mkdir()
+    (stale / "snapshot.db").write_bytes(b"\0" * 4096)
+    live = shm / f".tfadmin-{os.getpid()}-def456.verify"  # a running process's: kept
+    live.mkdir()
+    archive = create(cli)
+    run = cli("backup", "verify", str(archive))
+    assert run.exit_code == 0, run.stderr
+    assert places[-1].parent.parent == shm
+    assert sorted(shm.iterdir()) == [live]
