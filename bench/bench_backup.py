@@ -5,8 +5,10 @@ limit run interleaved in random rounds (common.interleaved: each run of
 ours sits beside a run of its limit), medians and the per-round spread:
 
 - ``cp`` of the database file followed by an fsync of the copy (a durable
-  archive has to reach the disk): ``backup create -c none`` (the pages of
-  the snapshot read from the store's files into the archive), target >= 0.5x
+  archive has to reach the disk), and the same copy written with O_DIRECT
+  as create writes its archive (``dd oflag=direct conv=fsync``), whichever
+  was faster in each round: ``backup create -c none`` (the pages of the
+  snapshot read from the store's files into the archive), target >= 0.5x
   its throughput;
 - the compression alone: the same zstd frames of the same file from the
   page cache, as a process, with no snapshot (what a zstd create could at
@@ -172,6 +174,13 @@ def main() -> None:
         os.close(fd)
         target.unlink()
 
+    def dd_direct() -> None:
+        # the copy as `create -c none` writes it: through the page cache in, O_DIRECT out
+        target = work / "copy.db"
+        command = ["dd", f"if={db}", f"of={target}", "bs=8M", "oflag=direct", "conv=fsync"]
+        subprocess.run([*command, "status=none"], check=True)
+        target.unlink()
+
     def made(compression: str, *extra: str) -> Callable[[], None]:
         def run() -> None:
             _, archive, _ = create(db, work, compression, *extra)
@@ -186,6 +195,7 @@ def main() -> None:
     times = interleaved(
         {
             "cp + fsync": cp_fsync,
+            "dd O_DIRECT + fsync": dd_direct,
             "create -c none": made("none"),
             "zstd alone": lambda: compress_alone(db),
             "create zstd": made("zstd"),
@@ -201,17 +211,21 @@ def main() -> None:
     mib = size / 2**20
     for name, values in times.items():
         rate = (
-            f"{mib / median(values):7.0f} MiB/s" if name in ("cp + fsync", "create -c none") else ""
+            f"{mib / median(values):7.0f} MiB/s"
+            if name in ("cp + fsync", "dd O_DIRECT + fsync", "create -c none")
+            else ""
         )
         print(f"{name:<24} {median(values):7.2f} s  {rate}")
     print(f"zstd ratio {median(ratios):.2f}:1")
+    # the limit: a durable copy of the file, whichever way was faster in each round
+    # (cp writes through the page cache; on some disks O_DIRECT, as create does, is
+    # faster, and then cp is no limit at all)
+    copies = zip(times["cp + fsync"], times["dd O_DIRECT + fsync"], strict=True)
+    copy = [min(a, b) for a, b in copies]
     ok = report_throughput(
-        "create -c none vs cp + fsync (throughput)",
-        times["create -c none"],
-        times["cp + fsync"],
-        0.5,
+        "create -c none vs the faster copy (throughput)", times["create -c none"], copy, 0.5
     )
-    ok &= clean_limit(times["create -c none"], times["cp + fsync"], "cp + fsync")
+    ok &= clean_limit(times["create -c none"], copy, "the faster durable copy")
     ok &= report(
         "zstd create vs the compression alone", times["create zstd"], times["zstd alone"], 1.35
     )

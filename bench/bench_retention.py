@@ -217,7 +217,8 @@ def run(kind: str, source: Path, extra: list[str], writer_kind: str) -> dict[str
         phase = (
             f"read+plan 0-{_epoch(began) - job_start:.1f} s, apply until "
             f"{_epoch(ended) - job_start:.1f} s; gate: {gate.get('freezes', 0)} freezes, "
-            f"{gate.get('frozen_seconds', 0.0):.2f} s paused, longest "
+            f"{gate.get('frozen_seconds', 0.0):.2f} s paused "
+            f"({gate.get('held_seconds', 0.0):.2f} s of it between BEGIN and COMMIT), longest "
             f"{gate.get('longest_freeze_ms', 0.0):.0f} ms, busy retries "
             f"{gate.get('busy_retries', 0)}; gateway ran {share:.0%} of the apply phase"
         )

@@ -140,16 +140,22 @@ def _s3_only_server(base: type[Any]) -> Any:
 
     class Server(base):  # type: ignore[misc, valid-type]
         def _server_entry(self) -> None:
-            from moto.moto_server.threaded_moto_server import MotoRequestHandler
-
-            self._server = make_server(
-                self._ip_address,
-                self._port,
-                S3Only(create_backend_app),
-                True,
-                request_handler=MotoRequestHandler,
-            )
-            self._server_ready_event.set()
+            try:
+                from moto.moto_server.threaded_moto_server import (  # type: ignore[attr-defined]
+                    MotoRequestHandler as handler,
+                )
+            except ImportError:  # moto 5.2 has none: werkzeug's own serves it
+                handler = None
+            try:
+                self._server = make_server(
+                    self._ip_address,
+                    self._port,
+                    S3Only(create_backend_app),
+                    True,
+                    request_handler=handler,
+                )
+            finally:
+                self._server_ready_event.set()  # a server that failed must not hang start()
             self._server.serve_forever()
 
     return Server(ip_address="127.0.0.1", port=0, verbose=False)

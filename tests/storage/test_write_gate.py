@@ -42,6 +42,7 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     shm_lock_holder,
     shm_readers,
     store_files,
+    wal_frames,
 )
 from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, WriteGate
 
@@ -190,7 +191,9 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
     monkeypatch.setattr(Freezer, "resume", look)
     # the mechanism, not this machine's scheduling: a thread woken within a second
     monkeypatch.setattr(write_gate_module, "CHECKPOINT_GRAB", 1.0)
-    big = "x" * 3_000_000  # ~750 pages: a checkpoint with something to copy
+    # ~1,000 pages a commit: a WAL long enough for the writer's next commit to
+    # run its automatic checkpoint (GRAB_FROM_FRAMES)
+    big = "x" * 4_000_000
     with gateway_writer.running(db, tmp_path):
         time.sleep(0.05)
         store.set("warm-up", "1")  # the checkpoint thread's first run (CI: it once failed)
@@ -207,6 +210,56 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
         # to its end
         ours = holder == os.getpid() or active
         assert ours or (frames and frames == done and not busy), (holder, active, frames)
+
+
+def test_a_short_wal_is_checkpointed_after_the_thaw_without_holding_the_writer(
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under GRAB_FROM_FRAMES frames, the writer's next commits cannot reach their
+    automatic checkpoint: the freeze does not wait for our checkpoint's lock, and
+    the checkpoint still runs once everyone runs again."""
+    store = SqliteStorage(db)
+    gate = store.gate
+    grabs: list[float] = []
+    start = Checkpointer.start
+
+    def grab(self: Checkpointer, timeout: float) -> None:
+        grabs.append(timeout)
+        start(self, timeout)
+
+    monkeypatch.setattr(Checkpointer, "start", grab)
+    with gateway_writer.running(db, tmp_path):
+        time.sleep(0.05)
+        for n in range(5):
+            store.set(f"ours:{n}", "y" * 40_000)  # ~10 pages a commit
+            assert wal_frames(db) is not None
+        gate.settle()
+        short = list(grabs)
+        store.set("ours:big", "x" * 4_000_000)  # ~1,000 pages: the lock is taken first
+        gate.settle()
+    assert gate.stats.freezes >= 6
+    assert short == []  # no short commit waited for the checkpoint's lock
+    assert grabs  # the long one did
+    busy, frames, done = gate.last_checkpoint
+    assert not busy and frames == done > 0  # and each commit was checkpointed after
+    assert gateway_writer.report(tmp_path).fail == 0
+    store.close()
+
+
+def test_wal_frames_reads_the_frames_of_the_wal_from_its_index(db: Path) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA wal_autocheckpoint=0")
+    conn.execute("CREATE TABLE IF NOT EXISTS grow (x)")
+    before = wal_frames(db)
+    assert before is not None
+    conn.execute("INSERT INTO grow VALUES (?)", ("z" * 20_000,))  # 5+ pages
+    after = wal_frames(db)
+    assert after is not None and after >= before + 5
+    busy, total, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    assert not busy and total == done == after
+    conn.close()
+    assert wal_frames(db.with_name("absent.db")) is None
 
 
 def test_no_live_writer_means_no_freeze_and_no_watchdog(db: Path) -> None:

@@ -433,6 +433,27 @@ def shm_lock_holder(db: Path, byte: int) -> int | None:
     return None if kind == fcntl.F_UNLCK else int(pid)
 
 
+def wal_frames(db: Path) -> int | None:
+    """The frames in the store's WAL now (``mxFrame`` of the -shm's header), None: unknown.
+
+    The header is kept twice, in host byte order; a read that finds the two
+    copies apart (a commit was writing it) is tried again.
+    """
+    fd = _probe_fd(store_files(db)[2])
+    if fd is None:
+        return None
+    for _ in range(3):
+        try:
+            head = os.pread(fd, 96, 0)
+        except OSError:
+            return None
+        if len(head) < 96 or head[12] != 1:
+            return None  # not initialised yet
+        if head[:48] == head[48:96]:
+            return int.from_bytes(head[16:20], sys.byteorder)
+    return None
+
+
 def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter]:
     """Every other process that has the store open, and whether we may signal it."""
     table = table if table is not None else process_table()
