@@ -404,3 +404,29 @@ def test_bulk_writes_skip_the_fsync_after_each_commit_and_restore_it(tmp_path: P
         store.set("b", "2")
     assert store.gate.durable
     store.close()
+
+
+@pytest.mark.parametrize("cap", [12, 60])
+def test_batches_keep_their_own_wal_frames_under_the_cap(tmp_path: Path, cap: int) -> None:
+    """The pacer sizes batches by the frames each commit itself wrote (the gate counts
+    them across the transaction), not by the WAL's total, which grows past a batch
+    whenever a checkpoint lags."""
+    store = SqliteStorage(_demo_store(tmp_path / "f.db"))
+    gate = store.write_gate
+    assert gate is not None
+    plan = read_plan(store, defaults(), ANCHOR)
+    frames: list[int] = []
+    sizes: list[int] = []
+
+    def batch(size: int) -> None:
+        sizes.append(size)
+        frames.append(gate.last_frames)
+
+    pacing = Pacing(wal_frames=cap, pause=0, min_pause=0)
+    result = apply_plan(store, plan, pacing=pacing, on_progress=batch)
+    store.close()
+    assert result.counts()["deleted"] > 1000 and len(frames) > 5
+    assert all(count > 0 for count in frames)  # each commit's own frames, always known
+    settled = sorted(frames[3:])  # after the first batches have measured a record's cost
+    assert settled[len(settled) // 2] <= cap * 1.5, (cap, frames)
+    assert max(sizes) >= 2  # sized by frames, not collapsed to single records

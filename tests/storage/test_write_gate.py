@@ -28,7 +28,7 @@ from triggerfish_cli.retention.policies import defaults
 from triggerfish_cli.retention.sweep import read_plan
 from triggerfish_cli.storage.sqlite import write_gate as write_gate_module
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
-from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
+from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer, frames_between, wal_mark
 from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
@@ -42,7 +42,6 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     shm_lock_holder,
     shm_readers,
     store_files,
-    wal_frames,
 )
 from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, WriteGate
 
@@ -232,7 +231,7 @@ def test_a_short_wal_is_checkpointed_after_the_thaw_without_holding_the_writer(
         time.sleep(0.05)
         for n in range(5):
             store.set(f"ours:{n}", "y" * 40_000)  # ~10 pages a commit
-            assert wal_frames(db) is not None
+            assert wal_mark(db) is not None
         gate.settle()
         short = list(grabs)
         store.set("ours:big", "x" * 4_000_000)  # ~1,000 pages: the lock is taken first
@@ -246,20 +245,39 @@ def test_a_short_wal_is_checkpointed_after_the_thaw_without_holding_the_writer(
     store.close()
 
 
-def test_wal_frames_reads_the_frames_of_the_wal_from_its_index(db: Path) -> None:
+def test_wal_mark_reads_where_the_wal_ends_from_its_index(db: Path) -> None:
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("CREATE TABLE IF NOT EXISTS grow (x)")
-    before = wal_frames(db)
+    before = wal_mark(db)
     assert before is not None
     conn.execute("INSERT INTO grow VALUES (?)", ("z" * 20_000,))  # 5+ pages
-    after = wal_frames(db)
-    assert after is not None and after >= before + 5
+    after = wal_mark(db)
+    assert after is not None and frames_between(before, after) >= 5
     busy, total, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    assert not busy and total == done == after
+    assert not busy and total == done == after[0]
+    # checkpointed in full, the WAL starts again from its beginning at the next write
+    conn.execute("INSERT INTO grow VALUES ('a')")
+    restarted = wal_mark(db)
+    assert restarted is not None and restarted[1] != after[1]
+    assert frames_between(after, restarted) == restarted[0] < after[0]
     conn.close()
-    assert wal_frames(db.with_name("absent.db")) is None
+    assert wal_mark(db.with_name("absent.db")) is None
+    assert frames_between(None, after) == -1
+
+
+def test_the_gate_counts_the_wal_frames_of_its_own_commit(db: Path, tmp_path: Path) -> None:
+    """What the sweep's pacer sizes batches by: ours alone, whatever the WAL held before."""
+    store = SqliteStorage(db)
+    with gateway_writer.running(db, tmp_path):
+        time.sleep(0.05)
+        for size in (4_000, 40_000, 400_000):
+            store.set(f"ours:{size}", "v" * size)
+            pages = size // 4096
+            assert pages <= store.gate.last_frames <= pages + 12, (size, store.gate.last_frames)
+    assert gateway_writer.report(tmp_path).fail == 0
+    store.close()
 
 
 def test_no_live_writer_means_no_freeze_and_no_watchdog(db: Path) -> None:

@@ -88,15 +88,16 @@ class Pacing:
     min_pause: float = 0.03
     #: PASSIVE WAL checkpoint between batches (SQLite: the gate runs it).
     checkpoint: bool = True
-    #: Keep each batch's WAL frames under this (SQLite). The gateway's connections
-    #: checkpoint inside their own commit whenever the WAL holds 1000 frames or
-    #: more (SQLite's default wal_autocheckpoint): a batch under that size leaves
-    #: its commits right after ours, which went into the same WAL, under it too,
-    #: so the gate's checkpoint of our pages can start once they run again
-    #: (write_gate.GRAB_FROM_FRAMES), and each checkpoint's burst of disk writes,
-    #: which the gateway's next commit waits behind, stays short (writer p99 32
-    #: -> 26 ms on the 1M-key sweep bench, for about 6% more sweep time).
-    wal_frames: int = 900
+    #: Keep each batch's own WAL frames under this (SQLite; counted by the gate across
+    #: the transaction). The gateway's next commit waits behind the disk writes and
+    #: fsync of the checkpoint of our pages that follows each batch: the size of that
+    #: burst, not the pause, made most of its slow writes on the 1M-key sweep bench
+    #: (a writer's p99 37 ms with ~750-frame batches, 29-32 ms with 300-400; apply
+    #: 6.3 s, 7.1 s and 6.5 s). It also keeps the WAL well under the 1000 frames at
+    #: which the gateway's commits checkpoint inside themselves (SQLite's default
+    #: wal_autocheckpoint), so the gate's checkpoint can start once they run again
+    #: (checkpointer.GRAB_FROM_FRAMES).
+    wal_frames: int = 300
 
 
 def read_plan(
@@ -255,20 +256,18 @@ class _Pacer:
 
 
 def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
-    """The WAL frames the checkpoint after the last commit found (-1: it could not finish).
+    """The WAL frames the last commit wrote (-1: unknown), on a store whose write gate
+    runs a PASSIVE checkpoint after each commit itself (SQLite).
 
-    SQLite's write gate runs that PASSIVE checkpoint itself, the moment the
-    paused writers run again.
+    Counted by the gate across the transaction itself, not from that checkpoint's
+    answer: a checkpoint still running when the next batch commits leaves the WAL
+    unrestarted, and its total would count the batch before too (batches then
+    shrank to a third on a slow disk).
     """
     gate = provider.write_gate
     if gate is None:
         return None
-
-    def checkpoint() -> int:
-        busy, frames, done = gate.last_checkpoint
-        return -1 if busy or frames != done else frames
-
-    return checkpoint
+    return lambda: gate.last_frames
 
 
 def _held(provider: StorageProvider, measured: float) -> float:

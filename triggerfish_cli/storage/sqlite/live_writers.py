@@ -396,7 +396,8 @@ _PROBES: dict[tuple[int, int], int] = {}
 _PROBES_LOCK = threading.Lock()
 
 
-def _probe_fd(path: str) -> int | None:
+def probe_fd(path: str) -> int | None:
+    """A read-only descriptor of ``path`` (the -shm), kept open for later looks at it."""
     try:
         info = os.stat(path)
     except OSError:
@@ -422,7 +423,7 @@ def shm_lock_holder(db: Path, byte: int) -> int | None:
     getlk = getattr(fcntl, "F_OFD_GETLK", None)
     if getlk is None:
         return None
-    fd = _probe_fd(store_files(db)[2])
+    fd = probe_fd(store_files(db)[2])
     if fd is None:
         return None
     try:
@@ -431,27 +432,6 @@ def shm_lock_holder(db: Path, byte: int) -> int | None:
         return None
     kind, _, _, _, pid = _FLOCK.unpack(answer)
     return None if kind == fcntl.F_UNLCK else int(pid)
-
-
-def wal_frames(db: Path) -> int | None:
-    """The frames in the store's WAL now (``mxFrame`` of the -shm's header), None: unknown.
-
-    The header is kept twice, in host byte order; a read that finds the two
-    copies apart (a commit was writing it) is tried again.
-    """
-    fd = _probe_fd(store_files(db)[2])
-    if fd is None:
-        return None
-    for _ in range(3):
-        try:
-            head = os.pread(fd, 96, 0)
-        except OSError:
-            return None
-        if len(head) < 96 or head[12] != 1:
-            return None  # not initialised yet
-        if head[:48] == head[48:96]:
-            return int.from_bytes(head[16:20], sys.byteorder)
-    return None
 
 
 def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter]:

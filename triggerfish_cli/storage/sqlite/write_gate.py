@@ -21,13 +21,12 @@ transaction this tool makes on a SQLite store passes through
    everyone running, and freeze again the moment it is free (no rescan in
    between: a gateway's gap between two writes can be a few milliseconds);
 5. run the caller's statements (a SQLite progress handler rolls them back if
-   the freeze would outlast ``cap``), COMMIT; when the WAL now holds enough
-   frames that a writer's next commits could reach their automatic checkpoint,
-   start the PASSIVE checkpoint of our pages on a thread of its own and wait
-   (a fraction of a millisecond) until it holds SQLite's checkpoint lock, so
-   that the writer that runs first does not run that checkpoint inside its own
-   commit; SIGCONT at once; then, with everyone running again, make the commit
-   durable (fsync of the WAL) and (if not started yet) start the checkpoint.
+   the freeze would outlast ``cap``), COMMIT; if the WAL is now long enough for
+   a writer's next commit to run its automatic checkpoint, start the PASSIVE
+   checkpoint of our pages on a thread of its own and wait until it holds
+   SQLite's checkpoint lock, so that the writer does not run it inside its
+   commit; SIGCONT at once; then, with everyone running, fsync the WAL and
+   start the checkpoint (if not yet started).
 
 Stopping and resuming the writers is :mod:`freezer`'s work; the checkpoints
 after our commits :mod:`checkpointer`'s; the modes :mod:`gate_modes`'.
@@ -64,7 +63,12 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from triggerfish_cli.errors import BusyError
-from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
+from triggerfish_cli.storage.sqlite.checkpointer import (
+    GRAB_FROM_FRAMES,
+    Checkpointer,
+    frames_between,
+    wal_mark,
+)
 from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer, signals_held
 from triggerfish_cli.storage.sqlite.gate_modes import DEFAULT_MODE, check_mode
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
@@ -74,7 +78,6 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     describe_writers,
     shm_lock_holder,
     store_files,
-    wal_frames,
 )
 
 
@@ -95,10 +98,6 @@ POLL = 0.0005
 READ_GRACE = 0.05
 #: How long a freeze waits, after our commit, for our checkpoint to take its lock.
 CHECKPOINT_GRAB = 0.003
-#: Below this many frames in the WAL after our commit, the writers' next commits
-#: cannot reach their automatic checkpoint (SQLite's default wal_autocheckpoint,
-#: 1000 frames) before ours starts: it need not hold its lock before they run.
-GRAB_FROM_FRAMES = 900
 
 #: How often a transaction cut short is tried again before giving up: a cut is
 #: usually a hiccup (our process descheduled on a loaded machine), not its size.
@@ -159,6 +158,8 @@ class WriteGate:
         self._checkpointer: Checkpointer | None = None
         self._late_checkpoint = False
         self._wal_mode: bool | None = None
+        self._mark: tuple[int, bytes] | None = None  # the WAL's end after our last commit
+        self.last_frames = -1  #: WAL frames our last transaction wrote (-1: unknown)
         #: Seconds the last transaction held the write lock, and whether it froze anyone.
         self.last_hold = 0.0
         self.last_frozen = False
@@ -225,11 +226,16 @@ class WriteGate:
                 if freeze is not None:
                     began = time.monotonic()
                     committed = False
+                    mark = wal_mark(self.db) if self._wal_mode else None
+                    self.last_frames = -1
                     try:
                         with self._capped(conn, freeze):
                             yield conn
                         conn.execute("COMMIT")
                         committed = True
+                        # everyone else is stopped: every frame since is ours
+                        self._mark = wal_mark(self.db) if self._wal_mode else None
+                        self.last_frames = frames_between(mark, self._mark)
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -257,9 +263,12 @@ class WriteGate:
         # Nobody to pause (or the gate is off): a plain transaction, our busy timeout applies.
         conn.execute("BEGIN IMMEDIATE")
         began = time.monotonic()
+        mark = wal_mark(self.db) if self._wal_mode else None
+        self.last_frames = -1
         try:
             yield conn
-            conn.execute("COMMIT")
+            conn.execute("COMMIT")  # (a commit right after ours may add a frame or two:)
+            self.last_frames = frames_between(mark, wal_mark(self.db) if mark else None)
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -425,16 +434,14 @@ class WriteGate:
         """Our commit's checkpoint, started before the paused writers run (Checkpointer.start),
         when the WAL is long enough that their next commits could run it instead.
 
-        A short WAL (under :data:`GRAB_FROM_FRAMES`, read from the -shm) needs no
-        such race: the checkpoint starts after the thaw (:meth:`_after_commit`),
-        and the freeze is shorter by the wait for its lock (0.5-3 ms a freeze on
-        the sweep bench). Never fails the transaction, which is committed: a
-        checkpoint that cannot start now runs after the next commit."""
+        A short WAL (under GRAB_FROM_FRAMES) needs no such race: the checkpoint starts
+        after the thaw (:meth:`_after_commit`), and the freeze is 0.5-3 ms shorter.
+        Never fails the transaction, which is committed: a checkpoint that cannot
+        start now runs after the next commit."""
         self._late_checkpoint = False
         if not self._wal_mode:
             return
-        frames = wal_frames(self.db)
-        if frames is not None and frames < GRAB_FROM_FRAMES:
+        if self._mark is not None and self._mark[0] < GRAB_FROM_FRAMES:
             self._late_checkpoint = True  # started after the thaw (_after_commit)
             return
         with contextlib.suppress(OSError, RuntimeError, sqlite3.Error):
