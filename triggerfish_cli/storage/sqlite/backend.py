@@ -43,8 +43,10 @@ from triggerfish_cli.storage.sqlite.sql import (
     UPSERT_META,
     cell_params,
     execute_rows,
+    execute_split,
     gap_clause,
     range_clause,
+    split_rows,
 )
 from triggerfish_cli.storage.sqlite.write_gate import ATTEMPTS, FreezeTooLong
 
@@ -381,10 +383,11 @@ class SqliteStorage(SqliteSession):
             if not pending:
                 return done
             batch, rest = pending[: sizer.size], pending[sizer.size :]
+            split = split_rows(batch)  # before the lock: the live writers may be paused then
             before = self.connection.total_changes
             try:
                 with self.transaction("delete") as conn:
-                    execute_rows(conn, sql, batch)
+                    execute_split(conn, sql, split)
             except FreezeTooLong:
                 cuts = cuts + 1 if len(batch) == 1 else 0
                 if cuts >= ATTEMPTS:

@@ -171,7 +171,17 @@ def split_rows(
 
 def execute_rows(conn: sqlite3.Connection, sql: str, rows: Iterable[Sequence[str]]) -> None:
     """``executemany(sql, rows)``, odd cells (cells.py) bound as exactly what they are."""
-    plain, odd = split_rows(rows)
+    execute_split(conn, sql, split_rows(rows))
+
+
+def execute_split(
+    conn: sqlite3.Connection,
+    sql: str,
+    split: tuple[builtins.list[Sequence[str]], builtins.list[builtins.list[Any]]],
+) -> None:
+    """:func:`execute_rows` of rows :func:`split_rows` has already looked at (before the
+    write lock was taken: that look reads every cell of a non-ASCII row)."""
+    plain, odd = split
     if plain:
         conn.executemany(sql, plain)
     if odd:
