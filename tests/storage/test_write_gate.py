@@ -28,7 +28,7 @@ from triggerfish_cli.retention.policies import defaults
 from triggerfish_cli.retention.sweep import read_plan
 from triggerfish_cli.storage.sqlite import write_gate as write_gate_module
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
-from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer, frames_between, wal_mark
+from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
 from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
@@ -43,6 +43,7 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     shm_readers,
     store_files,
 )
+from triggerfish_cli.storage.sqlite.wal_index import frames_between, wal_mark
 from triggerfish_cli.storage.sqlite.write_gate import FreezeTooLong, WriteGate
 
 ANCHOR = datetime(2026, 10, 1, tzinfo=timezone.utc)

@@ -223,7 +223,8 @@ class _Pacer:
         self.size = max(1, min(pacing.batch_size, 200))
         gated = provider.write_gate is not None
         self.pause = pacing.pause if pacing.pause is not None else 0 if gated else pacing.min_pause
-        self.checkpoint = _checkpointer(provider) if pacing.checkpoint else None
+        #: The WAL frames of the last commit (None: no gate that checkpoints after it).
+        self.frames = _commit_frames(provider) if pacing.checkpoint else None
         self.per_record: float | None = None  # seconds of lock per record
         self.frames_per_record: float | None = None
 
@@ -245,7 +246,7 @@ class _Pacer:
     def finish(self, provider: StorageProvider) -> None:
         """Leave the WAL fully checkpointed, so the gateway's next write starts it afresh."""
         gate = provider.write_gate
-        if self.checkpoint is None or gate is None:
+        if self.frames is None or gate is None:
             return
         gate.settle()
         for _ in range(20):
@@ -255,7 +256,7 @@ class _Pacer:
             time.sleep(0.05)  # the gateway is checkpointing right now
 
 
-def _checkpointer(provider: StorageProvider) -> Callable[[], int] | None:
+def _commit_frames(provider: StorageProvider) -> Callable[[], int] | None:
     """The WAL frames the last commit wrote (-1: unknown), on a store whose write gate
     runs a PASSIVE checkpoint after each commit itself (SQLite).
 
@@ -437,7 +438,7 @@ def _apply_batch(
         raise
     committed = time.monotonic()
     held = _held(provider, committed - started)
-    frames = pacer.checkpoint() if pacer.checkpoint is not None and (deletes or trims) else -1
+    frames = pacer.frames() if pacer.frames is not None and (deletes or trims) else -1
     _count(provider, ready, counts, (deleted, trimmed))
     return held, frames, committed
 

@@ -4,59 +4,19 @@ from __future__ import annotations
 
 import os
 import sqlite3
-import sys
 import threading
 import time
 from pathlib import Path
 from urllib.parse import quote
 
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
-from triggerfish_cli.storage.sqlite.live_writers import (
-    SHM_CKPT_LOCK,
-    probe_fd,
-    shm_lock_holder,
-    store_files,
-)
+from triggerfish_cli.storage.sqlite.live_writers import SHM_CKPT_LOCK, shm_lock_holder
 from triggerfish_cli.threads import background
 
 #: Below this many frames in the WAL after our commit, the writers' next commits
 #: cannot reach their automatic checkpoint (SQLite's default wal_autocheckpoint,
 #: 1000 frames) before ours starts: it need not hold its lock before they run.
 GRAB_FROM_FRAMES = 900
-
-
-def wal_mark(db: Path) -> tuple[int, bytes] | None:
-    """Where the store's WAL ends now: (its frames, ``mxFrame``; its salt, which a
-    restart of the WAL from its start changes), from the -shm's header. None: unknown.
-
-    The header is kept twice, in host byte order; a read that finds the two
-    copies apart (a commit was writing it) is tried again.
-    """
-    fd = probe_fd(store_files(db)[2])
-    if fd is None:
-        return None
-    for _ in range(3):
-        try:
-            head = os.pread(fd, 96, 0)
-        except OSError:
-            return None
-        if len(head) < 96 or head[12] != 1:
-            return None  # not initialised yet
-        if head[:48] == head[48:96]:
-            return int.from_bytes(head[16:20], sys.byteorder), head[32:40]
-    return None
-
-
-def frames_between(before: tuple[int, bytes] | None, after: tuple[int, bytes] | None) -> int:
-    """The frames written to the WAL between two :func:`wal_mark` readings (-1: unknown).
-
-    A WAL restarted in between (a new salt) holds only what was written since.
-    """
-    if before is None or after is None:
-        return -1
-    if after[1] != before[1]:
-        return after[0]
-    return max(after[0] - before[0], 0)
 
 
 class Checkpointer:

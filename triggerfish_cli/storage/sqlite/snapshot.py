@@ -59,6 +59,11 @@ from triggerfish_cli.backup.streams import CHUNK, read_chunks
 from triggerfish_cli.storage.kept_files import kept
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.sql import MMAP_SIZE, translate_error
+from triggerfish_cli.storage.sqlite.wal_index import WAL_VERSION
+from triggerfish_cli.storage.sqlite.wal_index import WalIndex as _Index
+from triggerfish_cli.storage.sqlite.wal_index import (
+    read_index_and_backfill as _read_index_and_backfill,
+)
 from triggerfish_cli.threads import Worker
 
 T = TypeVar("T")
@@ -76,12 +81,6 @@ WAL_HEADER_SIZE = 32
 WAL_FRAME_HEADER = struct.Struct(">II8s")  # page, db size after a commit, salts
 WAL_FRAME_HEADER_SIZE = 24
 WAL_MAGICS = (0x377F0682, 0x377F0683)
-WAL_VERSION = 3007000
-#: WalIndexHdr, in the machine's byte order: iVersion, unused, iChange, isInit,
-#: bigEndCksum, szPage, mxFrame, nPage, aFrameCksum, aSalt, aCksum.
-INDEX_HEADER = struct.Struct("=IIIBBHII8s8s8s")
-#: The two header copies, then WalCkptInfo.nBackfill.
-INDEX_READ = 2 * INDEX_HEADER.size + 4
 #: Frames read at a time while the WAL is scanned.
 SCAN_FRAMES = 256
 #: SQLite never writes the page holding this byte offset (its lock bytes).
@@ -143,17 +142,6 @@ class _Unusual(Exception):
 
 class _Stopped(Exception):
     """The direct read was told to stop (``inspect`` failed, or Ctrl-C)."""
-
-
-@dataclass(frozen=True)
-class _Index:
-    """The wal-index header, as SQLite keeps it in the -shm file."""
-
-    raw: bytes
-    page_size: int
-    max_frame: int
-    pages: int
-    salt: bytes
 
 
 @dataclass
@@ -225,41 +213,6 @@ def _read_index(shm: int) -> _Index | None:
     """The wal-index header from the -shm file (None: not a valid one)."""
     index, _ = _read_index_and_backfill(shm)
     return index
-
-
-def _read_index_and_backfill(shm: int) -> tuple[_Index | None, int]:
-    """The header and, read after it in the same pass, nBackfill.
-
-    SQLite writes the second copy first and reads the first copy first:
-    equal copies (and the header checksum) mean a header not torn by a write.
-    """
-    try:
-        raw = os.pread(shm, INDEX_READ, 0)
-    except OSError:
-        return None, 0
-    if len(raw) < INDEX_READ:
-        return None, 0
-    first, second = raw[: INDEX_HEADER.size], raw[INDEX_HEADER.size : 2 * INDEX_HEADER.size]
-    (backfilled,) = struct.unpack_from("=I", raw, 2 * INDEX_HEADER.size)
-    if first != second:
-        return None, 0
-    version, _, _, initialised, _, size, max_frame, pages, _, salt, checksum = INDEX_HEADER.unpack(
-        first
-    )
-    if version != WAL_VERSION or not initialised or _index_checksum(first) != checksum:
-        return None, 0
-    page_size = (size & 0xFE00) + ((size & 0x0001) << 16)
-    return _Index(first, page_size, max_frame, pages, salt), backfilled
-
-
-def _index_checksum(header: bytes) -> bytes:
-    """walChecksumBytes over the first 40 bytes, native byte order (as walIndexTryHdr)."""
-    words = struct.unpack("=10I", header[:40])
-    s1 = s2 = 0
-    for i in range(0, 10, 2):
-        s1 = (s1 + words[i] + s2) & 0xFFFFFFFF
-        s2 = (s2 + words[i + 1] + s1) & 0xFFFFFFFF
-    return struct.pack("=II", s1, s2)
 
 
 def _pin(

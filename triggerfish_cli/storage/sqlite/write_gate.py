@@ -63,12 +63,7 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from triggerfish_cli.errors import BusyError
-from triggerfish_cli.storage.sqlite.checkpointer import (
-    GRAB_FROM_FRAMES,
-    Checkpointer,
-    frames_between,
-    wal_mark,
-)
+from triggerfish_cli.storage.sqlite.checkpointer import GRAB_FROM_FRAMES, Checkpointer
 from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer, signals_held
 from triggerfish_cli.storage.sqlite.gate_modes import DEFAULT_MODE, check_mode
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
@@ -79,6 +74,7 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     shm_lock_holder,
     store_files,
 )
+from triggerfish_cli.storage.sqlite.wal_index import frames_between, wal_mark
 
 
 class FreezeTooLong(BusyError):
@@ -156,9 +152,7 @@ class WriteGate:
         #: fsync the WAL after each commit (off for idempotent bulk jobs: a sweep).
         self.durable = True
         self._checkpointer: Checkpointer | None = None
-        self._late_checkpoint = False
         self._wal_mode: bool | None = None
-        self._mark: tuple[int, bytes] | None = None  # the WAL's end after our last commit
         self.last_frames = -1  #: WAL frames our last transaction wrote (-1: unknown)
         #: Seconds the last transaction held the write lock, and whether it froze anyone.
         self.last_hold = 0.0
@@ -225,17 +219,15 @@ class WriteGate:
                 freeze = self._freeze(conn, writers)
                 if freeze is not None:
                     began = time.monotonic()
-                    committed = False
-                    mark = wal_mark(self.db) if self._wal_mode else None
-                    self.last_frames = -1
+                    committed = started = False
+                    mark, self.last_frames = self._wal_end(), -1
                     try:
                         with self._capped(conn, freeze):
                             yield conn
                         conn.execute("COMMIT")
+                        end = self._wal_end()  # everyone else is stopped: every frame is ours
                         committed = True
-                        # everyone else is stopped: every frame since is ours
-                        self._mark = wal_mark(self.db) if self._wal_mode else None
-                        self.last_frames = frames_between(mark, self._mark)
+                        self.last_frames = frames_between(mark, end)
                     except BaseException:
                         if conn.in_transaction:
                             conn.execute("ROLLBACK")
@@ -244,9 +236,9 @@ class WriteGate:
                         self.last_hold, self.last_frozen = time.monotonic() - began, True
                         self.stats.held_seconds += self.last_hold
                         if committed:
-                            self._checkpoint_first()
+                            started = self._checkpoint_first(end)
                         self._thaw(freeze)
-                    self._after_commit(conn, checkpointing=True)
+                    self._after_commit(conn, checkpoint_started=started)
                     return
             if time.monotonic() >= give_up:
                 raise BusyError(
@@ -263,12 +255,12 @@ class WriteGate:
         # Nobody to pause (or the gate is off): a plain transaction, our busy timeout applies.
         conn.execute("BEGIN IMMEDIATE")
         began = time.monotonic()
-        mark = wal_mark(self.db) if self._wal_mode else None
-        self.last_frames = -1
+        mark, self.last_frames = self._wal_end(), -1
         try:
             yield conn
-            conn.execute("COMMIT")  # (a commit right after ours may add a frame or two:)
-            self.last_frames = frames_between(mark, wal_mark(self.db) if mark else None)
+            conn.execute("COMMIT")
+            # the lock was ours (a commit right after ours may add a frame or two)
+            self.last_frames = frames_between(mark, self._wal_end())
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
@@ -430,24 +422,28 @@ class WriteGate:
         with contextlib.suppress(OSError, RuntimeError):
             self._checkpoints().ready(1.0)
 
-    def _checkpoint_first(self) -> None:
+    def _wal_end(self) -> tuple[int, bytes] | None:
+        """Where the WAL ends now (wal_index.wal_mark); None: not in WAL mode, or unknown."""
+        return wal_mark(self.db) if self._wal_mode else None
+
+    def _checkpoint_first(self, end: tuple[int, bytes] | None) -> bool:
         """Our commit's checkpoint, started before the paused writers run (Checkpointer.start),
-        when the WAL is long enough that their next commits could run it instead.
+        when the WAL (ending at ``end``) is long enough that their next commits could run
+        it instead; whether it was started.
 
         A short WAL (under GRAB_FROM_FRAMES) needs no such race: the checkpoint starts
         after the thaw (:meth:`_after_commit`), and the freeze is 0.5-3 ms shorter.
         Never fails the transaction, which is committed: a checkpoint that cannot
         start now runs after the next commit."""
-        self._late_checkpoint = False
-        if not self._wal_mode:
-            return
-        if self._mark is not None and self._mark[0] < GRAB_FROM_FRAMES:
-            self._late_checkpoint = True  # started after the thaw (_after_commit)
-            return
+        if not self._wal_mode or (end is not None and end[0] < GRAB_FROM_FRAMES):
+            return False
         with contextlib.suppress(OSError, RuntimeError, sqlite3.Error):
             self._checkpoints().start(CHECKPOINT_GRAB)
+        return True
 
-    def _after_commit(self, conn: sqlite3.Connection, *, checkpointing: bool = False) -> None:
+    def _after_commit(
+        self, conn: sqlite3.Connection, *, checkpoint_started: bool = False
+    ) -> None:
         """With everyone running again: make the commit durable, keep the WAL short.
 
         The checkpoint runs beside us, on a connection and thread of its own
@@ -460,8 +456,8 @@ class WriteGate:
             if wal is not None:
                 with contextlib.suppress(OSError):
                     os.fsync(wal)
-        if checkpointing and not self._late_checkpoint:
-            return  # started before the thaw
+        if checkpoint_started:
+            return  # before the thaw
         self._checkpoints().poke()
 
     def _checkpoints(self) -> Checkpointer:
