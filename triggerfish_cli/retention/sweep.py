@@ -223,8 +223,8 @@ class _Pacer:
         self.size = max(1, min(pacing.batch_size, 200))
         gated = provider.write_gate is not None
         self.pause = pacing.pause if pacing.pause is not None else 0 if gated else pacing.min_pause
-        #: The WAL frames of the last commit (None: no gate that checkpoints after it).
-        self.frames = _commit_frames(provider) if pacing.checkpoint else None
+        #: The write gate, which checkpoints after each commit (None: none, or not asked).
+        self.gate = provider.write_gate if pacing.checkpoint else None
         self.per_record: float | None = None  # seconds of lock per record
         self.frames_per_record: float | None = None
 
@@ -243,32 +243,26 @@ class _Pacer:
         if left > 0:
             time.sleep(left)
 
+    def frames(self) -> int:
+        """The WAL frames the last commit wrote (-1: unknown).
+
+        Counted by the gate across the transaction itself, not from the answer of
+        the checkpoint after it: a checkpoint still running when the next batch
+        commits leaves the WAL unrestarted, and its total would count the batch
+        before too (batches then shrank to a third on a slow disk).
+        """
+        return self.gate.last_frames if self.gate is not None else -1
+
     def finish(self, provider: StorageProvider) -> None:
         """Leave the WAL fully checkpointed, so the gateway's next write starts it afresh."""
-        gate = provider.write_gate
-        if self.frames is None or gate is None:
+        if self.gate is None:
             return
-        gate.settle()
+        self.gate.settle()
         for _ in range(20):
             busy, frames, done = provider.checkpoint("PASSIVE")
             if not busy and frames == done:
                 return
             time.sleep(0.05)  # the gateway is checkpointing right now
-
-
-def _commit_frames(provider: StorageProvider) -> Callable[[], int] | None:
-    """The WAL frames the last commit wrote (-1: unknown), on a store whose write gate
-    runs a PASSIVE checkpoint after each commit itself (SQLite).
-
-    Counted by the gate across the transaction itself, not from that checkpoint's
-    answer: a checkpoint still running when the next batch commits leaves the WAL
-    unrestarted, and its total would count the batch before too (batches then
-    shrank to a third on a slow disk).
-    """
-    gate = provider.write_gate
-    if gate is None:
-        return None
-    return lambda: gate.last_frames
 
 
 def _held(provider: StorageProvider, measured: float) -> float:
@@ -438,7 +432,7 @@ def _apply_batch(
         raise
     committed = time.monotonic()
     held = _held(provider, committed - started)
-    frames = pacer.frames() if pacer.frames is not None and (deletes or trims) else -1
+    frames = pacer.frames() if deletes or trims else -1
     _count(provider, ready, counts, (deleted, trimmed))
     return held, frames, committed
 
