@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import gateway_writer
 from tests.helpers import writer as writer_process
 from tests.helpers.gateway import GATEWAY_ROWS, SESSION_ID, write_gateway_store
 from tests.helpers.records import (
@@ -430,3 +431,33 @@ def test_batches_keep_their_own_wal_frames_under_the_cap(tmp_path: Path, cap: in
     settled = sorted(frames[3:])  # after the first batches have measured a record's cost
     assert settled[len(settled) // 2] <= cap * 1.5, (cap, frames)
     assert max(sizes) >= 2  # sized by frames, not collapsed to single records
+
+
+def test_batches_are_measured_over_every_transaction_the_backend_cuts_them_into(
+    tmp_path: Path,
+) -> None:
+    """The backend may cut a sweep batch into several gated transactions (its own
+    sizer, here held to 40 frames by the gate while a writer runs): the pacer sizes
+    the next batch by all of them, not by the last one, whose frames divided by the
+    whole batch's records made batches grow far past their cap."""
+    db = _demo_store(tmp_path / "m.db", records=6000)
+    store = SqliteStorage(db)
+    gate = store.write_gate
+    assert gate is not None
+    gate.frame_budget = 40  # the backend's transactions: ~40 frames each
+    plan = read_plan(store, defaults(), ANCHOR)
+    sizes: list[int] = []
+    with gateway_writer.running(db, tmp_path, period=0.01):
+        time.sleep(0.05)
+        before = gate.stats.transactions
+        pacing = Pacing(wal_frames=200, pause=0, min_pause=0)
+        result = apply_plan(store, plan, pacing=pacing, on_progress=sizes.append)
+        transactions = gate.stats.transactions - before
+    store.close()
+    assert gateway_writer.report(tmp_path).fail == 0
+    records = result.counts()["deleted"] + result.counts()["trimmed"]
+    assert records > 1000 and transactions > len(sizes)  # the backend did cut batches
+    per_record = gate.total_frames / records
+    # after the first two, each batch within its 200-frame cap (2x for the estimate's
+    # smoothing), measured over all its transactions (by the last alone: 800, 1,303)
+    assert max(sizes[2:]) <= 2 * 200 / per_record, (per_record, sizes)

@@ -26,10 +26,10 @@ from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention.policies import defaults
 from triggerfish_cli.retention.sweep import read_plan
-from triggerfish_cli.storage.sqlite import write_gate as write_gate_module
+from triggerfish_cli.storage.sqlite import wal_upkeep
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
-from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer
+from triggerfish_cli.storage.sqlite.freezer import Freeze
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
     SHM_CKPT_LOCK,
@@ -176,21 +176,23 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
     (its wal_autocheckpoint) inside itself: 30-40 ms of a chat message's write."""
     store = SqliteStorage(db)
     at_resume: list[tuple[int | None, bool, tuple[int, int, int]]] = []
-    resume = Freezer.resume
+    thaw = WriteGate._thaw
     gate = store.gate
 
-    def look(self: Freezer, freeze: Freeze) -> None:
-        checkpointer = gate._checkpointer
+    def look(self: WriteGate, freeze: Freeze) -> None:
+        # the thaw after a transaction (a freeze given up before one resumes its
+        # writers without a checkpoint of ours to wait for)
+        checkpointer = gate.wal.checkpointer
         assert checkpointer is not None
         # read before the lock: a checkpoint that ends in between has its result in
         # `last` by the time it stops being active
         active = checkpointer.active
         at_resume.append((shm_lock_holder(db, SHM_CKPT_LOCK), active, gate.last_checkpoint))
-        resume(self, freeze)
+        thaw(self, freeze)
 
-    monkeypatch.setattr(Freezer, "resume", look)
+    monkeypatch.setattr(WriteGate, "_thaw", look)
     # the mechanism, not this machine's scheduling: a thread woken within a second
-    monkeypatch.setattr(write_gate_module, "CHECKPOINT_GRAB", 1.0)
+    monkeypatch.setattr(wal_upkeep, "CHECKPOINT_GRAB", 1.0)
     # ~1,000 pages a commit: a WAL long enough for the writer's next commit to
     # run its automatic checkpoint (GRAB_FROM_FRAMES)
     big = "x" * 4_000_000

@@ -11,7 +11,7 @@ import typer
 
 from triggerfish_cli import PROG, __version__
 from triggerfish_cli.cli.boundary import BoundaryGroup
-from triggerfish_cli.cli.context import state
+from triggerfish_cli.cli.context import own_process, state
 from triggerfish_cli.cli.options import Format
 from triggerfish_cli.cli.typer_compat import ParameterSource
 from triggerfish_cli.threads import HELD_SIGNALS
@@ -192,6 +192,7 @@ def _given_by(ctx: typer.Context, name: str, option: str, variable: str) -> str:
 
 def main() -> None:
     _unblock_held_signals()
+    own_process()
     app()
 
 

@@ -16,6 +16,16 @@ if TYPE_CHECKING:
     from triggerfish_cli.storage.provider import StorageProvider
 
 
+#: Whether this run is the whole process (the console entry point, cli/app.py ``main``),
+#: which ends with its command; under CliRunner (tests) commands share a long-lived one.
+_WHOLE_PROCESS = [False]
+
+
+def own_process() -> None:
+    """Called by the entry point: process-wide choices are this run's to make."""
+    _WHOLE_PROCESS[0] = True
+
+
 @dataclass
 class AppState:
     db: Path | None = None
@@ -34,6 +44,11 @@ class AppState:
     totals: bool | None = None
     _settings: Settings | None = None
     _providers: list[Any] = field(default_factory=list)
+
+    @property
+    def owns_process(self) -> bool:
+        """This run is the whole process (see :func:`own_process`)."""
+        return _WHOLE_PROCESS[0]
 
     @property
     def config_path(self) -> Path:

@@ -56,7 +56,7 @@ from triggerfish_cli.retention.plan import (
 from triggerfish_cli.retention.policies import Policies
 from triggerfish_cli.retention.rules import make_plan
 from triggerfish_cli.serialization import fast_loads, to_iso, utc_now
-from triggerfish_cli.storage.batching import smooth
+from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.provider import StorageProvider
 
 SWEEP_LOCK = "retention-sweep"
@@ -88,16 +88,11 @@ class Pacing:
     min_pause: float = 0.03
     #: PASSIVE WAL checkpoint between batches (SQLite: the gate runs it).
     checkpoint: bool = True
-    #: Keep each batch's own WAL frames under this (SQLite; counted by the gate across
-    #: the transaction). The gateway's next commit waits behind the disk writes and
-    #: fsync of the checkpoint of our pages that follows each batch: the size of that
-    #: burst, not the pause, made most of its slow writes on the 1M-key sweep bench
-    #: (a writer's p99 37 ms with ~750-frame batches, 29-32 ms with 300-400; apply
-    #: 6.3 s, 7.1 s and 6.5 s). It also keeps the WAL well under the 1000 frames at
-    #: which the gateway's commits checkpoint inside themselves (SQLite's default
-    #: wal_autocheckpoint), so the gate's checkpoint can start once they run again
-    #: (checkpointer.GRAB_FROM_FRAMES).
-    wal_frames: int = 300
+    #: Keep each batch's WAL frames under this (SQLite; counted by the gate across
+    #: its transactions). None: the write gate's own budget (``frame_budget``), which
+    #: keeps the WAL under the 1000 frames at which a live writer's commit runs
+    #: SQLite's automatic checkpoint inside itself.
+    wal_frames: int | None = None
 
 
 def read_plan(
@@ -106,6 +101,7 @@ def read_plan(
     now: datetime,
     *,
     only: Collection[str] | None = None,
+    keep: bool = False,
 ) -> Plan:
     """Read what the plan needs (one snapshot where the backend has one) and plan.
 
@@ -114,15 +110,27 @@ def read_plan(
     way the guards are checked again when the sweep applies the plan. While
     the gateway has the store open, ``cron-history:`` trims are deferred
     (:data:`~triggerfish_cli.retention.plan.CRON_HISTORY_LIVE`).
+
+    ``keep``: for a process that ends with the job (the CLI): everything alive
+    once the plan is made is moved out of the cyclic collector's sight
+    (``gc.freeze``), so that no later collection walks the plan's objects
+    again (on the 1M-key bench store: 0.44 s of collections right after the
+    plan, more during the sweep and at exit). The price, a cycle of garbage
+    alive at that moment is never collected, is nothing to a process about to
+    end, and not for a long-lived one to pay.
     """
-    plan = _read_plan(provider, policies, now, only)
+    plan = _read_plan(provider, policies, now, only, keep)
     if provider.live_writers():
         defer(plan, "cron-history:", CRON_HISTORY_LIVE)
     return plan
 
 
 def _read_plan(
-    provider: StorageProvider, policies: Policies, now: datetime, only: Collection[str] | None
+    provider: StorageProvider,
+    policies: Policies,
+    now: datetime,
+    only: Collection[str] | None,
+    keep: bool,
 ) -> Plan:
     # lazy: gc (built in) is not loaded by `retention --help`
     import gc
@@ -136,6 +144,8 @@ def _read_plan(
     try:
         return make_plan(records, policies, now, only=only, complete=prefixes, loads=fast_loads())
     finally:
+        if keep:
+            gc.freeze()
         if collecting:
             gc.enable()
         close = getattr(records, "close", None)
@@ -214,44 +224,53 @@ class _Pacer:
     """Batch sizes and rests: short lock holds, a bounded WAL, room for the gateway.
 
     Batch sizes follow smoothed per-record estimates of lock time and WAL
-    frames, so one transaction that was slow because the machine was busy
-    does not collapse them.
+    frames (a :class:`BatchSizer`, measured over all of a batch's
+    transactions), so one transaction that was slow because the machine was
+    busy does not collapse them.
     """
 
     def __init__(self, pacing: Pacing, provider: StorageProvider) -> None:
-        self.pacing = pacing
-        self.size = max(1, min(pacing.batch_size, 200))
-        gated = provider.write_gate is not None
-        self.pause = pacing.pause if pacing.pause is not None else 0 if gated else pacing.min_pause
+        gate = provider.write_gate
+        self.pause = pacing.pause if pacing.pause is not None else 0 if gate else pacing.min_pause
         #: The write gate, which checkpoints after each commit (None: none, or not asked).
-        self.gate = provider.write_gate if pacing.checkpoint else None
-        self.per_record: float | None = None  # seconds of lock per record
-        self.frames_per_record: float | None = None
+        self.gate = gate if pacing.checkpoint else None
+        #: Whose running totals measure each batch (the write gate; None: the clock).
+        self.meter = gate
+        frames = pacing.wal_frames if pacing.wal_frames is not None or gate is None else None
+        self.sizer = BatchSizer(
+            pacing.batch_size,
+            budget=pacing.max_lock,
+            frames=frames if frames is not None else gate.frame_budget if gate else None,
+            first=200,
+        )
+
+    @property
+    def size(self) -> int:
+        return self.sizer.size
 
     def rest(self, held: float, records: int, frames: int, started: float) -> None:
         """Adapt the batch size, then rest (from ``started``) so the gateway runs."""
-        pacing = self.pacing
-        if records > 0:
-            self.per_record = smooth(self.per_record, held / records)
-            if frames > 0:
-                self.frames_per_record = smooth(self.frames_per_record, frames / records)
-            limit = pacing.max_lock / max(self.per_record, 1e-6)
-            if self.frames_per_record:
-                limit = min(limit, pacing.wal_frames / self.frames_per_record)
-            self.size = max(1, min(pacing.batch_size, int(limit), self.size * 2))
+        # Capped by the lock budget with or without live writers: other backends lock too.
+        self.sizer.record(records, held, True, frames)
         left = self.pause - (time.monotonic() - started)
         if left > 0:
             time.sleep(left)
 
-    def frames(self) -> int:
-        """The WAL frames the last commit wrote (-1: unknown).
+    def mark(self) -> tuple[float, int]:
+        """The gate's running totals (seconds holding the lock, WAL frames) now."""
+        gate = self.meter
+        return (gate.total_hold, gate.total_frames) if gate is not None else (0.0, 0)
 
-        Counted by the gate across the transaction itself, not from the answer of
-        the checkpoint after it: a checkpoint still running when the next batch
-        commits leaves the WAL unrestarted, and its total would count the batch
-        before too (batches then shrank to a third on a slow disk).
+    def since(self, mark: tuple[float, int], measured: float) -> tuple[float, int]:
+        """(seconds holding the lock, WAL frames written; -1 unknown) since ``mark``.
+
+        Summed over every transaction since: the backend may cut one batch into
+        several, and the last one alone says little about the batch.
         """
-        return self.gate.last_frames if self.gate is not None else -1
+        gate = self.meter
+        if gate is None:
+            return measured, -1
+        return gate.total_hold - mark[0], gate.total_frames - mark[1]
 
     def finish(self, provider: StorageProvider) -> None:
         """Leave the WAL fully checkpointed, so the gateway's next write starts it afresh."""
@@ -263,12 +282,6 @@ class _Pacer:
             if not busy and frames == done:
                 return
             time.sleep(0.05)  # the gateway is checkpointing right now
-
-
-def _held(provider: StorageProvider, measured: float) -> float:
-    """How long the last write held the lock: the gate knows (SQLite), else as measured."""
-    gate = provider.write_gate
-    return gate.last_hold if gate is not None else measured
 
 
 def apply_plan(
@@ -402,18 +415,14 @@ def _apply_batch(
     memory: MemoryIndex | None,
     pacer: _Pacer,
 ) -> tuple[float, int, float]:
-    """Apply one batch: (seconds holding the write lock, WAL frames checkpointed or
-    -1, when it committed).
-
-    The checkpoint runs the moment the batch commits: holding SQLite's
-    checkpoint lock first spares a gateway commit that follows ours the
-    automatic checkpoint of our pages.
-    """
+    """Apply one batch: (seconds holding the write lock, WAL frames written or -1,
+    when it committed)."""
     ready = _guarded(provider, batch)
     counts.guarded += len(batch) - len(ready)
     deletes = [(action.key, action.expected) for action in ready if action.is_delete]
     trims = [(a.key, a.expected, a.replacement or "") for a in ready if not a.is_delete]
     started = time.monotonic()
+    mark = pacer.mark()
     deleted = trimmed = 0
     try:
         if deletes:
@@ -431,8 +440,7 @@ def _apply_batch(
         _count(provider, ready, counts, None)
         raise
     committed = time.monotonic()
-    held = _held(provider, committed - started)
-    frames = pacer.frames() if deletes or trims else -1
+    held, frames = pacer.since(mark, committed - started)
     _count(provider, ready, counts, (deleted, trimmed))
     return held, frames, committed
 

@@ -42,7 +42,7 @@ def plan_cmd(
     st, out = begin(ctx, fmt)
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=True)
-    plan = read_plan(st.provider(), policies, now, only=only)
+    plan = read_plan(st.provider(), policies, now, only=only, keep=st.owns_process)
     if not (exit_code and out.quiet):
         show_plan(out, plan, list_keys)
     if exit_code and (plan.deletes or plan.trims):

@@ -109,13 +109,14 @@ def sweep_cmd(
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=False)
     provider = st.provider()
+    keep = st.owns_process  # the plan's objects out of the collector's sight
     if dry_run:
-        show_plan(out, read_plan(provider, policies, now, only=only), list_keys=False)
+        show_plan(out, read_plan(provider, policies, now, only=only, keep=keep), list_keys=False)
         return
     pacing = Pacing(batch_size=batch_size, pause=pause)
     run = metrics.begin(ctx, "retention_sweep", metrics_file)
     with _sigterm_interrupts(), sweep_lock(provider, wait):
-        plan = read_plan(provider, policies, now, only=only)
+        plan = read_plan(provider, policies, now, only=only, keep=keep)
         check_limit(plan, max_delete)
         if plan.deletes or plan.trims:
             if not yes and out.stdin_is_tty:

@@ -173,7 +173,7 @@ class SqliteStorage(SqliteSession):
                 table: self.connection.execute(f"SELECT max(rowid) FROM {table}").fetchone()[0]
                 for table in tables
             }
-        sizer = BatchSizer(50_000, budget=self.gate.budget)
+        sizer = BatchSizer(50_000, budget=self.gate.budget, frames=self.gate.frame_budget)
         cuts = 0
         for table in tables:
             if tops[table] is None:
@@ -195,7 +195,7 @@ class SqliteStorage(SqliteSession):
                 cuts = 0
                 if gone == 0:
                     break
-                sizer.record(gone, self.gate.last_hold, self.gate.last_frozen)
+                sizer.after(gone, self.gate)
 
     # -- native admin operations -------------------------------------------
 
@@ -370,19 +370,28 @@ class SqliteStorage(SqliteSession):
         done = 0
         sizer = self._sizers.get(sql)
         if sizer is None:  # learnt once per statement: a sweep calls this once per batch
-            first = 100 if self.gate.will_freeze() else batch_size
-            sizer = self._sizers[sql] = BatchSizer(batch_size, budget=self.gate.budget, first=first)
+            gate = self.gate
+            first = 100 if gate.will_freeze() else batch_size
+            sizer = self._sizers[sql] = BatchSizer(
+                batch_size, budget=gate.budget, frames=gate.frame_budget, first=first
+            )
         sizer.most = max(1, batch_size)
         sizer.size = min(sizer.size, sizer.most)
         pending: list[Sequence[str]] = []
         source = iter(rows)
         cuts = 0
         while True:
-            if len(pending) < sizer.size:
-                pending.extend(itertools.islice(source, sizer.size - len(pending)))
+            # A tail of up to a quarter of the size goes with the last batch: each
+            # transaction costs a freeze and a rest, however few rows it holds.
+            size = sizer.size
+            room = size + size // 4
+            if len(pending) <= room:
+                pending.extend(itertools.islice(source, room + 1 - len(pending)))
             if not pending:
                 return done
-            batch, rest = pending[: sizer.size], pending[sizer.size :]
+            if len(pending) <= room:
+                size = len(pending)  # the last rows: all of them
+            batch, rest = pending[:size], pending[size:]
             split = split_rows(batch)  # before the lock: the live writers may be paused then
             before = self.connection.total_changes
             try:
@@ -396,7 +405,7 @@ class SqliteStorage(SqliteSession):
                 continue
             cuts = 0
             pending = rest
-            sizer.record(len(batch), self.gate.last_hold, self.gate.last_frozen)
+            sizer.after(len(batch), self.gate)
             changed = self.connection.total_changes - before
             done += changed
             after_batch(changed, pause, on_batch)

@@ -10,13 +10,40 @@ from pathlib import Path
 from urllib.parse import quote
 
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
-from triggerfish_cli.storage.sqlite.live_writers import SHM_CKPT_LOCK, shm_lock_holder
+from triggerfish_cli.storage.sqlite.live_writers import (
+    SHM_CKPT_LOCK,
+    probe_fd,
+    shm_lock_holder,
+    store_files,
+)
+from triggerfish_cli.storage.sqlite.wal_index import read_index_and_backfill
 from triggerfish_cli.threads import background
 
 #: Below this many frames in the WAL after our commit, the writers' next commits
 #: cannot reach their automatic checkpoint (SQLite's default wal_autocheckpoint,
 #: 1000 frames) before ours starts: it need not hold its lock before they run.
 GRAB_FROM_FRAMES = 900
+
+#: SQLite's default ``wal_autocheckpoint``: a live writer's commit that leaves the WAL
+#: this long runs a checkpoint inside itself (two fsyncs) unless ours is running.
+WRITER_CHECKPOINT_FRAMES = 1000
+#: WAL frames the live writers may add between our commit and the next restart.
+WRITER_MARGIN = 100
+#: Checkpoints at most, one after the other, to catch up with a writer's last frames.
+CATCH_UPS = 4
+
+
+def room_needed(db: Path, frames: int) -> bool:
+    """Whether a transaction of about ``frames`` WAL frames could take the WAL to
+    :data:`WRITER_CHECKPOINT_FRAMES` without restarting it: the WAL is that long already,
+    and not every frame of it is checkpointed (so the transaction cannot restart it)."""
+    fd = probe_fd(store_files(db)[2])
+    if fd is None:
+        return False
+    index, backfilled = read_index_and_backfill(fd)
+    if index is None or index.max_frame + frames + WRITER_MARGIN < WRITER_CHECKPOINT_FRAMES:
+        return False
+    return backfilled < index.max_frame
 
 
 class Checkpointer:
@@ -62,6 +89,31 @@ class Checkpointer:
             if shm_lock_holder(self.db, SHM_CKPT_LOCK) == me or not self.active:
                 return  # holding the lock, or already over
             time.sleep(0.0001)
+
+    def make_room(self, frames: int, timeout: float) -> bool:
+        """Before a transaction of ours of about ``frames`` WAL frames: if it could take the
+        WAL to :data:`WRITER_CHECKPOINT_FRAMES`, checkpoint what is left first, so that it
+        starts the WAL afresh; whether a checkpoint ran.
+
+        The WAL restarts only at a write transaction that begins with every frame
+        checkpointed. Our checkpoint after each commit copies our frames, but a live
+        writer's commits during it leave a few more behind, and without a restart the
+        WAL grows by each of our batches until every commit of the writer's runs
+        SQLite's automatic checkpoint (25-35 ms each on the bench disk). Here the
+        checkpoint still running ends (waited for, at most ``timeout``), then more
+        copy the writer's last frames, with everyone running, until one ends with
+        nothing left (a commit of the writer's during a checkpoint is not in it): at
+        most :data:`CATCH_UPS`.
+        """
+        if not room_needed(self.db, frames):
+            return False
+        self.wait(timeout)
+        for _ in range(CATCH_UPS):
+            if not room_needed(self.db, frames):
+                break
+            self.poke()
+            self.wait(timeout)
+        return True
 
     def wait(self, timeout: float) -> None:
         until = time.monotonic() + timeout

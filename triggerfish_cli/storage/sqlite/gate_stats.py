@@ -19,6 +19,9 @@ class GateStats:
     #: Times a writer was met inside its own transaction (a try given up, or a wait for
     #: its write lock to be free).
     busy_retries: int = 0
+    #: Tries given up because a writer's commit fell between making room in the WAL
+    #: and the freeze (wal_upkeep.py).
+    room_retries: int = 0
     #: Tries given up because a writer did not stop in time.
     stop_timeouts: int = 0
     #: Freezes the watchdog ended (a deadline passed).
@@ -48,6 +51,7 @@ class GateStats:
             "held_seconds": round(self.held_seconds, 4),
             "exposed_seconds": round(self.exposed_seconds, 4),
             "busy_retries": self.busy_retries,
+            "room_retries": self.room_retries,
             "stop_timeouts": self.stop_timeouts,
             "watchdog_resumes": self.watchdog_resumes,
             "cut_short": self.cut_short,

@@ -10,7 +10,10 @@ transaction this tool makes on a SQLite store passes through
 1. find the live writers (``/proc/<pid>/fd``, or ``lsof`` where there is no
    ``/proc``), outside any freeze;
 2. rest, so that since our last freeze the gateway ran at least
-   ``rest_ratio`` times as long as it was stopped;
+   ``rest_ratio`` times as long as it was stopped; at the end of the rest, if
+   the next transaction could take the WAL to the 1000 frames at which a
+   writer's commit runs SQLite's automatic checkpoint inside itself,
+   checkpoint what is left of it, so that the transaction restarts the WAL;
 3. take the gate's own lock file (two processes of this tool never freeze at
    the same time), tell the watchdog what is about to be stopped, send SIGSTOP
    to each writer and wait until every one of its threads is stopped (state
@@ -28,8 +31,9 @@ transaction this tool makes on a SQLite store passes through
    commit; SIGCONT at once; then, with everyone running, fsync the WAL and
    start the checkpoint (if not yet started).
 
-Stopping and resuming the writers is :mod:`freezer`'s work; the checkpoints
-after our commits :mod:`checkpointer`'s; the modes :mod:`gate_modes`'.
+Stopping and resuming the writers is :mod:`freezer`'s work; the WAL around
+each transaction :mod:`wal_upkeep`'s (its checkpoints :mod:`checkpointer`'s);
+the modes :mod:`gate_modes`'.
 
 The watchdog (:mod:`triggerfish_cli.storage.sqlite.watchdog`) is a process of its own,
 in its own session, started before the first freeze: it resumes every frozen
@@ -54,7 +58,6 @@ control.
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import sqlite3
 import time
@@ -63,7 +66,6 @@ from pathlib import Path
 from typing import ClassVar, TypeVar
 
 from triggerfish_cli.errors import BusyError
-from triggerfish_cli.storage.sqlite.checkpointer import GRAB_FROM_FRAMES, Checkpointer
 from triggerfish_cli.storage.sqlite.freezer import Freeze, Freezer, signals_held
 from triggerfish_cli.storage.sqlite.gate_modes import DEFAULT_MODE, check_mode
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
@@ -72,9 +74,9 @@ from triggerfish_cli.storage.sqlite.live_writers import (
     LiveWriter,
     describe_writers,
     shm_lock_holder,
-    store_files,
 )
-from triggerfish_cli.storage.sqlite.wal_index import frames_between, wal_mark
+from triggerfish_cli.storage.sqlite.wal_index import frames_between
+from triggerfish_cli.storage.sqlite.wal_upkeep import WalUpkeep
 
 
 class FreezeTooLong(BusyError):
@@ -92,8 +94,9 @@ POLL = 0.0005
 #: timeout), so it is let run on first. A snapshot held longer is a reader's
 #: (a backup, a search): it never writes from it, and is not waited for.
 READ_GRACE = 0.05
-#: How long a freeze waits, after our commit, for our checkpoint to take its lock.
-CHECKPOINT_GRAB = 0.003
+#: How often one transaction gives a freeze up because a writer's commit fell between
+#: making room in the WAL and the freeze (the room is made again, then it goes on).
+ROOM_TRIES = 2
 
 #: How often a transaction cut short is tried again before giving up: a cut is
 #: usually a hiccup (our process descheduled on a loaded machine), not its size.
@@ -117,6 +120,13 @@ class WriteGate:
 
     #: The freeze a caller's batch should aim at (seconds of lock per batch).
     budget: ClassVar[float] = 0.02
+    #: The most WAL frames a caller's batch should write while live writers are paused.
+    #: A live writer's commit runs SQLite's automatic checkpoint inside itself (two
+    #: fsyncs, 25-35 ms on the bench disk) whenever the WAL holds 1000 frames or more
+    #: (the default ``wal_autocheckpoint``) and our checkpoint is not running: a batch
+    #: that alone writes near 1000 frames leaves the WAL there for the writer's next
+    #: commits. Deleting scattered rows writes about one frame per row.
+    frame_budget: ClassVar[int] = 800
 
     def __init__(
         self,
@@ -143,20 +153,23 @@ class WriteGate:
         self.stats = GateStats()
         #: Who has the store open, and the stopping and resuming of them.
         self.freezer = Freezer(db, self.stats, deadline=deadline, stop_timeout=stop_timeout)
-        self._wal_fd: int | None = None
+        #: Our side of the WAL around each transaction: short, restarted, checkpointed.
+        self.wal = WalUpkeep(db, self.stats)
         self._resumed_at = 0.0
         self._last_freeze = 0.0
         self._reading_since: float | None = None  # a stopped writer seen mid-write since
         #: The last try was given up because a writer was inside its own transaction.
         self._busy = False
-        #: fsync the WAL after each commit (off for idempotent bulk jobs: a sweep).
-        self.durable = True
-        self._checkpointer: Checkpointer | None = None
-        self._wal_mode: bool | None = None
+        #: Freezes this transaction gave up for want of room in the WAL (ROOM_TRIES).
+        self._room_tries = 0
         self.last_frames = -1  #: WAL frames our last transaction wrote (-1: unknown)
         #: Seconds the last transaction held the write lock, and whether it froze anyone.
         self.last_hold = 0.0
         self.last_frozen = False
+        #: Running totals over every transaction, for a caller whose one batch spans
+        #: several (seconds holding the lock; WAL frames, where they were known).
+        self.total_hold = 0.0
+        self.total_frames = 0
         #: Called with each freeze's (seconds stopped, writers) for tests and benches.
         self.on_freeze: Callable[[float, int], None] | None = None
 
@@ -202,6 +215,7 @@ class WriteGate:
         self.stats.transactions += 1
         self._busy = False
         self._reading_since = None
+        self._room_tries = 0
         self.prepare(conn)
         writers = self.writers()
         exposed = self.mode == "ignore" and bool(writers)
@@ -210,8 +224,8 @@ class WriteGate:
         self.refuse_if_needed(writers)
         give_up = time.monotonic() + self.patience
         backoff = 0.002
-        if writers and self._wal_mode:
-            self._checkpointer_ready()
+        if writers:
+            self.wal.ready()
         while writers:
             self._rest()
             self._await_write_lock(give_up)
@@ -220,12 +234,12 @@ class WriteGate:
                 if freeze is not None:
                     began = time.monotonic()
                     committed = started = False
-                    mark, self.last_frames = self._wal_end(), -1
+                    mark, self.last_frames = self.wal.end(), -1
                     try:
                         with self._capped(conn, freeze):
                             yield conn
                         conn.execute("COMMIT")
-                        end = self._wal_end()  # everyone else is stopped: every frame is ours
+                        end = self.wal.end()  # everyone else is stopped: every frame is ours
                         committed = True
                         self.last_frames = frames_between(mark, end)
                     except BaseException:
@@ -233,12 +247,12 @@ class WriteGate:
                             conn.execute("ROLLBACK")
                         raise
                     finally:
-                        self.last_hold, self.last_frozen = time.monotonic() - began, True
+                        self._held(time.monotonic() - began, frozen=True)
                         self.stats.held_seconds += self.last_hold
                         if committed:
-                            started = self._checkpoint_first(end)
+                            started = self.wal.checkpoint_first(end)
                         self._thaw(freeze)
-                    self._after_commit(conn, checkpoint_started=started)
+                    self.wal.after_commit(checkpoint_started=started)
                     return
             if time.monotonic() >= give_up:
                 raise BusyError(
@@ -255,21 +269,26 @@ class WriteGate:
         # Nobody to pause (or the gate is off): a plain transaction, our busy timeout applies.
         conn.execute("BEGIN IMMEDIATE")
         began = time.monotonic()
-        mark, self.last_frames = self._wal_end(), -1
+        mark, self.last_frames = self.wal.end(), -1
         try:
             yield conn
             conn.execute("COMMIT")
             # the lock was ours (a commit right after ours may add a frame or two)
-            self.last_frames = frames_between(mark, self._wal_end())
+            self.last_frames = frames_between(mark, self.wal.end())
         except BaseException:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
         finally:
-            self.last_hold, self.last_frozen = time.monotonic() - began, False
+            self._held(time.monotonic() - began, frozen=False)
             if exposed:
                 self.stats.exposed_seconds += self.last_hold
-        self._after_commit(conn)
+        self.wal.after_commit()
+
+    def _held(self, seconds: float, *, frozen: bool) -> None:
+        self.last_hold, self.last_frozen = seconds, frozen
+        self.total_hold += seconds
+        self.total_frames += max(self.last_frames, 0)
 
     def _await_write_lock(self, until: float) -> None:
         """Poll SQLite's write lock (the -shm's WRITER byte), everyone running, until it is free.
@@ -294,13 +313,12 @@ class WriteGate:
                 return
 
     def _rest(self) -> None:
-        """Let the gateway run ``rest_ratio`` times as long as our last freeze stopped it."""
-        if not self._resumed_at:
-            return
-        rest = max(self.min_rest, self.rest_ratio * self._last_freeze)
-        left = self._resumed_at + rest - time.monotonic()
-        if left > 0:
-            time.sleep(left)
+        """Let the gateway run ``rest_ratio`` times as long as our last freeze stopped it;
+        the WAL is made room in at the end of the rest (WalUpkeep.rest_until)."""
+        end = time.monotonic()
+        if self._resumed_at:
+            end = self._resumed_at + max(self.min_rest, self.rest_ratio * self._last_freeze)
+        self.wal.rest_until(end, self.frame_budget)
 
     def _freeze(self, conn: sqlite3.Connection, writers: Sequence[LiveWriter]) -> Freeze | None:
         """Stop ``writers`` and take the write lock; None when this try must be given up."""
@@ -324,6 +342,11 @@ class WriteGate:
                 self.stats.busy_retries += 1
                 self._busy = True
                 freezer.end(freeze)  # thawed: it takes its write lock, or ends its read
+                return None
+            if self._room_tries < ROOM_TRIES and self.wal.needs_room(self.frame_budget):
+                self._room_tries += 1  # a writer committed since the room was made:
+                self.stats.room_retries += 1  # thawed, room made again (WalUpkeep.rest_until)
+                freezer.end(freeze)
                 return None
             conn.execute("PRAGMA busy_timeout=0")
             try:
@@ -400,97 +423,29 @@ class WriteGate:
         finally:
             conn.set_progress_handler(None, 0)
 
+    # -- the WAL (wal_upkeep.py) --------------------------------------------------------
+
     def prepare(self, conn: sqlite3.Connection) -> None:
-        """Our writing connection: no fsync and no checkpoint inside a commit (WAL).
+        self.wal.prepare(conn)
 
-        Both run after the commit instead, with everyone running again
-        (:meth:`_after_commit`): an automatic checkpoint inside our COMMIT made
-        freezes 300-380 ms long against the real gateway (WRITE-GATE.md).
-        """
-        if self._wal_mode is not None:
-            return
-        row = conn.execute("PRAGMA journal_mode").fetchone()
-        self._wal_mode = bool(row) and str(row[0]).lower() == "wal"
-        if self._wal_mode:
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA wal_autocheckpoint=0")
+    @property
+    def durable(self) -> bool:
+        """fsync the WAL after each commit (off for idempotent bulk jobs: a sweep)."""
+        return self.wal.durable
 
-    def _checkpointer_ready(self) -> None:
-        """The checkpoint thread started and its connection open, before the first freeze
-        (opening it inside one would outlast :data:`CHECKPOINT_GRAB`)."""
-        # if not, our checkpoint may start late once: the writer's may run instead
-        with contextlib.suppress(OSError, RuntimeError):
-            self._checkpoints().ready(1.0)
-
-    def _wal_end(self) -> tuple[int, bytes] | None:
-        """Where the WAL ends now (wal_index.wal_mark); None: not in WAL mode, or unknown."""
-        return wal_mark(self.db) if self._wal_mode else None
-
-    def _checkpoint_first(self, end: tuple[int, bytes] | None) -> bool:
-        """Our commit's checkpoint, started before the paused writers run (Checkpointer.start),
-        when the WAL (ending at ``end``) is long enough that their next commits could run
-        it instead; whether it was started.
-
-        A short WAL (under GRAB_FROM_FRAMES) needs no such race: the checkpoint starts
-        after the thaw (:meth:`_after_commit`), and the freeze is 0.5-3 ms shorter.
-        Never fails the transaction, which is committed: a checkpoint that cannot
-        start now runs after the next commit."""
-        if not self._wal_mode or (end is not None and end[0] < GRAB_FROM_FRAMES):
-            return False
-        with contextlib.suppress(OSError, RuntimeError, sqlite3.Error):
-            self._checkpoints().start(CHECKPOINT_GRAB)
-        return True
-
-    def _after_commit(
-        self, conn: sqlite3.Connection, *, checkpoint_started: bool = False
-    ) -> None:
-        """With everyone running again: make the commit durable, keep the WAL short.
-
-        The checkpoint runs beside us, on a connection and thread of its own
-        (:class:`Checkpointer`), while we rest or prepare the next batch.
-        """
-        if not self._wal_mode:
-            return
-        if self.durable:
-            wal = self._wal()
-            if wal is not None:
-                with contextlib.suppress(OSError):
-                    os.fsync(wal)
-        if checkpoint_started:
-            return  # before the thaw
-        self._checkpoints().poke()
-
-    def _checkpoints(self) -> Checkpointer:
-        """The checkpoint thread of this gate, started on first use."""
-        if self._checkpointer is None:
-            self._checkpointer = Checkpointer(self.db, self.stats)
-        return self._checkpointer
+    @durable.setter
+    def durable(self, value: bool) -> None:
+        self.wal.durable = value
 
     @property
     def last_checkpoint(self) -> tuple[int, int, int]:
         """The newest checkpoint's ``(busy, WAL frames, frames checkpointed)``."""
-        return self._checkpointer.last if self._checkpointer is not None else (0, 0, 0)
+        return self.wal.last_checkpoint
 
     def settle(self, timeout: float = 5.0) -> None:
         """Wait for the checkpoint after the last commit to end."""
-        if self._checkpointer is not None:
-            self._checkpointer.wait(timeout)
-
-    # -- plumbing ---------------------------------------------------------------------
-
-    def _wal(self) -> int | None:
-        if self._wal_fd is None:
-            # SQLite takes no POSIX lock on the WAL itself, so this descriptor may close.
-            with contextlib.suppress(OSError):
-                self._wal_fd = os.open(store_files(self.db)[1], os.O_RDONLY | os.O_CLOEXEC)
-        return self._wal_fd
+        self.wal.settle(timeout)
 
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
-            self._checkpointer = None
+        self.wal.close()
         self.freezer.close()
-        if self._wal_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._wal_fd)
-            self._wal_fd = None
