@@ -182,6 +182,18 @@ _values = st.one_of(
             ),
         ),
     ),
+    # dotted time fields (lineage's origin.accessed_at, workflow versions' version.*)
+    st.builds(
+        lambda head, tail, value: json.dumps({head: {tail: value} if tail else value}),
+        st.sampled_from(["origin", "version", "x"]),
+        st.sampled_from(["accessed_at", "resolvedAt", "proposedAt", "at", None]),
+        st.one_of(
+            st.none(),
+            st.integers(),
+            st.lists(st.just("2026-03-28T14:05:40.902Z"), max_size=1),
+            st.sampled_from(["2026-03-28T14:05:40.902Z", "2026-03-31T10:00:00+02:00", "x"]),
+        ),
+    ),
     st.text(max_size=5),
     st.just("[1]"),
     st.just("{broken"),
@@ -195,6 +207,11 @@ _values = st.one_of(
             '{"createdAt":"2026-01-01T00:00:00.000Z"} trailing',
             '{"createdAt":{"at":"2026-01-01T00:00:00.000Z"},"timestamp":"2026-01-01T00:00:00Z"}',
             '{"updatedAt":null,"completedAt":"2026-03-31T10:00:00Z"}',
+            '{"origin":{"accessed_at":"2026-03-31T10:00:00Z"},'
+            '"origin":{"accessed_at":"2026-01-01T00:00:00.000Z"}}',
+            '{"version":{"proposedAt":"2026-03-01T00:00:00.000Z","resolvedAt":null}}',
+            '{"version":{"resolvedAt":{"x":1},"proposedAt":"2026-03-31T10:00:00Z"}}',
+            '{"origin":null,"version":[]}',
         ]
     ),
 )

@@ -34,12 +34,12 @@ from triggerfish_cli.demo import build_demo
 from triggerfish_cli.errors import BusyError, RefusedError
 from triggerfish_cli.retention.plan import Plan
 from triggerfish_cli.retention.policies import defaults, load_policies
+from triggerfish_cli.retention.reading import read_plan
 from triggerfish_cli.retention.sweep import (
     Pacing,
     SweepInterrupted,
     apply_plan,
     check_limit,
-    read_plan,
     sweep_lock,
 )
 from triggerfish_cli.storage.base import BaseStorage

@@ -25,7 +25,7 @@ from tests.conftest import CliFn
 from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention.policies import defaults
-from triggerfish_cli.retention.sweep import read_plan
+from triggerfish_cli.retention.reading import read_plan
 from triggerfish_cli.storage.sqlite import wal_upkeep
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer

@@ -337,6 +337,18 @@ class Planner:
 
     # -- relational rules ------------------------------------------------------
 
+    def finish_followers(self, prefixes: Collection[str]) -> None:
+        """Decide the follower keys of ``prefixes`` now (what they follow is all read):
+        a worker planning the lineage family whole (plan_worker.py)."""
+        kept = []
+        for prefix, key, value in self.deferred:
+            ns = namespaces.get(prefix)
+            if prefix in prefixes and ns is not None and ns.follows:
+                self._finish_follower(ns, key, value)
+            else:
+                kept.append((prefix, key, value))
+        self.deferred = kept
+
     def finish(self) -> Plan:
         self._finish_sessions()
         for prefix, key, value in self.deferred:

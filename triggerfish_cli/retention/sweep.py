@@ -1,4 +1,4 @@
-"""Retention sweeps on a live store: read, plan, then apply in short paced batches.
+"""Retention sweeps on a live store: apply a plan (reading.py) in short paced batches.
 
 The gateway sets no busy timeout: while we hold SQLite's write lock, its
 writes fail at once and are lost. So every batch is one write transaction
@@ -37,7 +37,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -46,16 +46,8 @@ from triggerfish_cli import audit
 from triggerfish_cli.errors import ExitStatus, RefusedError, TriggerfishError
 from triggerfish_cli.memory.index import MemoryIndex
 from triggerfish_cli.memory.indexes import index_for
-from triggerfish_cli.retention.plan import (
-    CRON_HISTORY_LIVE,
-    Action,
-    Plan,
-    defer,
-    needed,
-)
-from triggerfish_cli.retention.policies import Policies
-from triggerfish_cli.retention.rules import make_plan
-from triggerfish_cli.serialization import fast_loads, to_iso, utc_now
+from triggerfish_cli.retention.plan import Action, Plan
+from triggerfish_cli.serialization import to_iso, utc_now
 from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -93,64 +85,6 @@ class Pacing:
     #: keeps the WAL under the 1000 frames at which a live writer's commit runs
     #: SQLite's automatic checkpoint inside itself.
     wal_frames: int | None = None
-
-
-def read_plan(
-    provider: StorageProvider,
-    policies: Policies,
-    now: datetime,
-    *,
-    only: Collection[str] | None = None,
-    keep: bool = False,
-) -> Plan:
-    """Read what the plan needs (one snapshot where the backend has one) and plan.
-
-    Without a snapshot (the generic fallback) namespaces are read followers
-    first, so a key written meanwhile finds the record it follows; either
-    way the guards are checked again when the sweep applies the plan. While
-    the gateway has the store open, ``cron-history:`` trims are deferred
-    (:data:`~triggerfish_cli.retention.plan.CRON_HISTORY_LIVE`).
-
-    ``keep``: for a process that ends with the job (the CLI): everything alive
-    once the plan is made is moved out of the cyclic collector's sight
-    (``gc.freeze``), so that no later collection walks the plan's objects
-    again (on the 1M-key bench store: 0.44 s of collections right after the
-    plan, more during the sweep and at exit). The price, a cycle of garbage
-    alive at that moment is never collected, is nothing to a process about to
-    end, and not for a long-lived one to pay.
-    """
-    plan = _read_plan(provider, policies, now, only, keep)
-    if provider.live_writers():
-        defer(plan, "cron-history:", CRON_HISTORY_LIVE)
-    return plan
-
-
-def _read_plan(
-    provider: StorageProvider,
-    policies: Policies,
-    now: datetime,
-    only: Collection[str] | None,
-    keep: bool,
-) -> Plan:
-    # lazy: gc (built in) is not loaded by `retention --help`
-    import gc
-
-    prefixes = needed(policies, only)
-    records = provider.scan_many(prefixes, batch_size=5000)
-    # The plan makes no reference cycles; the cyclic collector would only walk
-    # its growing sets again and again (a fifth of the time on a million keys).
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        return make_plan(records, policies, now, only=only, complete=prefixes, loads=fast_loads())
-    finally:
-        if keep:
-            gc.freeze()
-        if collecting:
-            gc.enable()
-        close = getattr(records, "close", None)
-        if close is not None:  # end the snapshot even when planning failed
-            close()
 
 
 def check_limit(plan: Plan, max_delete: int | None) -> None:

@@ -17,6 +17,7 @@ from triggerfish_cli import cells
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from triggerfish_cli.settings import StorageConfig
     from triggerfish_cli.storage.sqlite.write_gate import WriteGate
 
 from triggerfish_cli.storage.provider import (
@@ -105,11 +106,18 @@ class BaseStorage(ABC):
         yield from self.scan(batch_size=batch_size)
 
     def scan_many(
-        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+        self,
+        prefixes: Sequence[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        excluding: Sequence[str] = (),
     ) -> Iterator[tuple[str, str]]:
         """Fallback: one prefix after the other, in key order (not one snapshot)."""
+        skip = tuple(excluding)
         for prefix in prefixes:
-            yield from self.scan(prefix, batch_size=batch_size)
+            for row in self.scan(prefix, batch_size=batch_size):
+                if not (skip and row[0].startswith(skip)):
+                    yield row
 
     def scan_stored(self, *, batch_size: int = DEFAULT_BATCH) -> Iterator[tuple[str, bytes]]:
         for key, value in self.scan(batch_size=batch_size):
@@ -187,6 +195,9 @@ class BaseStorage(ABC):
         return None
 
     def data_version(self) -> int | None:
+        return None
+
+    def reader_config(self) -> StorageConfig | None:
         return None
 
     def load_at_once(

@@ -29,6 +29,7 @@ from triggerfish_cli import cells
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from triggerfish_cli.settings import StorageConfig
     from triggerfish_cli.storage.sqlite.write_gate import WriteGate
 
 _T = TypeVar("_T")
@@ -144,9 +145,14 @@ class StorageProvider(Protocol):
         ...
 
     def scan_many(
-        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+        self,
+        prefixes: Sequence[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        excluding: Sequence[str] = (),
     ) -> Iterator[tuple[str, str]]:
-        """Every ``(key, value)`` under any of ``prefixes``, in no particular order.
+        """Every ``(key, value)`` under any of ``prefixes`` and none of ``excluding``, in
+        no particular order.
 
         For jobs that read most of the store (a retention plan): each key
         comes once, from one consistent snapshot where the backend has one
@@ -325,6 +331,11 @@ class StorageProvider(Protocol):
     def data_version(self) -> int | None:
         """A number that changes whenever another connection commits (SQLite's
         ``data_version``); None where the backend has no such thing."""
+        ...
+
+    def reader_config(self) -> StorageConfig | None:
+        """How another process of ours opens this store to read it beside us (read-only:
+        a worker sharing a long read); None where none can (an in-memory store)."""
         ...
 
     def load_at_once(

@@ -16,7 +16,7 @@ from triggerfish_cli.cli.retention.common import (
     policies_of,
 )
 from triggerfish_cli.cli.retention.output import show_plan
-from triggerfish_cli.retention.sweep import read_plan
+from triggerfish_cli.retention.reading import read_plan
 
 
 @app.command("plan")

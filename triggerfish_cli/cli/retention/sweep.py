@@ -22,11 +22,11 @@ from triggerfish_cli.cli.retention.common import (
     policies_of,
 )
 from triggerfish_cli.cli.retention.output import brief, report, show_plan
+from triggerfish_cli.retention.reading import read_plan
 from triggerfish_cli.retention.sweep import (
     Pacing,
     apply_plan,
     check_limit,
-    read_plan,
     sweep_lock,
 )
 

@@ -46,6 +46,7 @@ from triggerfish_cli.storage.sqlite.sql import (
     execute_split,
     gap_clause,
     range_clause,
+    scan_queries,
     split_rows,
 )
 from triggerfish_cli.storage.sqlite.write_gate import ATTEMPTS, FreezeTooLong
@@ -256,7 +257,11 @@ class SqliteStorage(SqliteSession):
             yield row[0]
 
     def scan_many(
-        self, prefixes: Sequence[str], *, batch_size: int = DEFAULT_BATCH
+        self,
+        prefixes: Sequence[str],
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        excluding: Sequence[str] = (),
     ) -> Iterator[tuple[str, str]]:
         """One read transaction; a table scan in storage order when it is worth it.
 
@@ -281,12 +286,7 @@ class SqliteStorage(SqliteSession):
                     for where, params in ranges
                 )
                 total = int(conn.execute("SELECT count(*) FROM kv").fetchone()[0])
-            if count * 4 >= total:
-                where = " OR ".join(f"({clause})" for clause, _ in ranges)
-                params = [param for _, clause_params in ranges for param in clause_params]
-                queries = [(f"SELECT key, value FROM kv NOT INDEXED WHERE {where}", params)]
-            else:
-                queries = [(f"SELECT key, value FROM kv WHERE {w}", p) for w, p in ranges]
+            queries = scan_queries(ranges, excluding, table_scan=count * 4 >= total)
             for sql, params in queries:
                 yield from self._fetch(conn, sql, params, batch_size)
 

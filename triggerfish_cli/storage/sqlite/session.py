@@ -17,6 +17,7 @@ from typing import Any
 
 from triggerfish_cli import cells
 from triggerfish_cli.errors import BackendUnavailableError
+from triggerfish_cli.settings import StorageConfig
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.batching import BatchSizer
@@ -325,6 +326,11 @@ class SqliteSession(BaseStorage):
         with self.errors("data_version"):
             row = self.connection.execute("PRAGMA data_version").fetchone()
         return int(row[0])
+
+    def reader_config(self) -> StorageConfig:
+        """The same file, read-only (``mode=ro``: it never writes, so no gate)."""
+        options = {"busy_timeout_ms": self.busy_timeout_ms, "read_only": True}
+        return StorageConfig(self.backend, path=self.path.absolute(), options=options)
 
     def load_at_once(
         self,

@@ -93,6 +93,26 @@ def range_clause(prefix: str | None, start_after: str | None = None) -> tuple[st
     return key_ranges.under(prefix, start_after, mark="?", true="1")
 
 
+def scan_queries(
+    ranges: Sequence[tuple[str, builtins.list[Any]]],
+    excluding: Sequence[str],
+    *,
+    table_scan: bool,
+) -> builtins.list[tuple[str, builtins.list[Any]]]:
+    """The queries of a scan of key ``ranges`` (range_clause) but none under ``excluding``:
+    one ``NOT INDEXED`` table scan in storage order, or one range query each."""
+    skips = [range_clause(prefix) for prefix in excluding if prefix]
+    skip = "".join(f" AND NOT ({clause})" for clause, _ in skips)
+    skip_params = [param for _, clause_params in skips for param in clause_params]
+    if table_scan:
+        where = " OR ".join(f"({clause})" for clause, _ in ranges)
+        params = [param for _, clause_params in ranges for param in clause_params]
+        return [
+            (f"SELECT key, value FROM kv NOT INDEXED WHERE ({where}){skip}", params + skip_params)
+        ]
+    return [(f"SELECT key, value FROM kv WHERE ({w}){skip}", p + skip_params) for w, p in ranges]
+
+
 def sqlite_param(text: str) -> tuple[Any, int]:
     """``(parameter, cast)`` binding the cell: ``CASE WHEN cast THEN CAST(p AS TEXT) ELSE p``."""
     if cells.is_plain(text):
