@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -550,3 +551,34 @@ def test_deleting_memory_records_takes_their_search_index_rows(
     assert without_audit(dict(final["kv"])) == {  # type: ignore[arg-type]
         k: v for k, v in GATEWAY_ROWS.items() if not k.startswith("memory:")
     }
+
+
+def test_delete_prefix_rests_as_the_write_gate_does_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On SQLite the gate rests after each freeze (2.5 times the pause it caused): the
+    prefix delete adds nothing of its own by default; where there is no gate it rests
+    LIVE_PAUSE, and --pause always wins."""
+    from triggerfish_cli.kv import keys
+    from triggerfish_cli.storage.in_memory import MemoryStorage
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+
+    asked: list[float] = []
+    for kind in (SqliteStorage, MemoryStorage):
+        real = kind.delete_many
+
+        def spy(self: Any, items: Any, *, real: Any = real, **options: Any) -> int:
+            asked.append(options["pause"])
+            return int(real(self, items, **options))
+
+        monkeypatch.setattr(kind, "delete_many", spy)
+    sqlite = SqliteStorage(tmp_path / "p.db", create=True)
+    memory = MemoryStorage()
+    for provider in (sqlite, memory):
+        provider.set_many([(f"bulk:{n}", "x") for n in range(5)])
+        keys.delete_prefix(provider, keys.plan_prefix_delete(provider, "bulk:"))
+    sqlite.set_many([(f"bulk:{n}", "x") for n in range(5)])
+    keys.delete_prefix(sqlite, keys.plan_prefix_delete(sqlite, "bulk:"), pause=0.2)
+    assert asked == [0.0, keys.LIVE_PAUSE, 0.2]
+    assert sqlite.count("bulk:") == memory.count("bulk:") == 0
+    sqlite.close()
