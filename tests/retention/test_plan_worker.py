@@ -105,7 +105,7 @@ def test_the_plan_is_the_same_with_the_worker(
         assert digest(split) == digest(single), ours
     store.close()
     assert len(spy.workers) == 3
-    assert all(worker.error is None for worker in spy.workers)  # each one did plan
+    assert all(worker.error is None for worker in spy.workers), [w.error for w in spy.workers]
     assert all(worker.process.returncode == 0 for worker in spy.workers)
     if only is None:  # the worker's part of it was there to plan
         assert single.namespaces["conv:"].actions or single.namespaces["conv:"].unknown

@@ -32,15 +32,15 @@ def test_frames_unknown_or_nobody_paused_leave_only_the_other_limits() -> None:
 
 def test_a_small_tail_goes_with_the_last_transaction(tmp_path: Path) -> None:
     """Each transaction costs a freeze and a rest, however few rows it holds: a
-    remainder of up to a quarter of the batch size is not a transaction of its own."""
+    remainder of up to an eighth of the batch size is not a transaction of its own."""
     store = SqliteStorage(tmp_path / "t.db", create=True)
     store.set_many([(f"k{n:04d}", "v") for n in range(300)])
     stats = store.gate.stats
     before = stats.transactions
-    assert store.delete_many([f"k{n:04d}" for n in range(125)], batch_size=100) == 125
-    assert stats.transactions - before == 1  # 100 + a tail of 25
+    assert store.delete_many([f"k{n:04d}" for n in range(112)], batch_size=100) == 112
+    assert stats.transactions - before == 1  # 100 + a tail of 12
     before = stats.transactions
-    assert store.delete_many([f"k{n:04d}" for n in range(125, 251)], batch_size=100) == 126
-    assert stats.transactions - before == 2  # 100, then 26: more than a quarter
-    assert store.count() == 49
+    assert store.delete_many([f"k{n:04d}" for n in range(112, 225)], batch_size=100) == 113
+    assert stats.transactions - before == 2  # 100, then 13: more than an eighth
+    assert store.count() == 75
     store.close()

@@ -1,16 +1,18 @@
-"""The ``conv:`` messages of a big store, planned by a second process beside the rest.
+"""Most of a big store's messages and its lineage family, planned by a second process.
 
-Messages are most of a real store's records (461,605 of the 1M-key bench
-store's 917,713 read), and each is decided on its own: its time against the
-policy. What the other rules need of them is a few facts per session (its last
-key, its newest time, whether one is left or unreadable). So on a machine with
-a second core, for a store of at least :data:`MIN_MESSAGES` messages, a worker
-(``python -m triggerfish_cli.retention.plan_worker``) reads and plans them while
-this process reads and plans everything else, and hands back that part of the
-planner's state (:func:`conv_state`), merged (:func:`merge`) before the
-relational rules run. The plan is the same, key for key
-(tests/retention/test_plan_worker.py); on the bench store the plan took 2.7 s
-instead of 5.2 s.
+Messages (``conv:``) are most of a real store's records (461,605 of the 1M-key
+bench store's 917,713 read), and each is decided on its own: its time against
+the policy. What the other rules need of them is a few facts per session (its
+last key, its newest time, whether one is left or unreadable). The lineage
+records and the keys that follow them (:data:`FAMILY`) are read by no other
+rule. So on a machine with a second core, for a store of at least
+:data:`MIN_MESSAGES` messages, a worker process reads and plans the family and
+the messages of most sessions while this process reads and plans the rest
+(:func:`share` sizes the two parts to end together), and hands back the
+message facts (:func:`conv_state`) and the family's finished plans, merged
+(:func:`merge`) before the relational rules run. The plan is the same, key for
+key (tests/retention/test_plan_worker.py); on the bench store the CLI reached
+its apply phase after 3.7-4.0 s instead of 5.0-5.5 s.
 
 The two processes read in two read transactions begun moments apart, not one
 snapshot: what a backend without snapshots does anyway. A message, session or
@@ -18,10 +20,12 @@ follower written in between is caught by the guards the sweep re-checks just
 before deleting (a session is kept when a message newer than the plan's last
 one exists; a counter when a message is left).
 
-The worker opens the store read-only (``StorageProvider.reader_config``), ignores
-Ctrl-C (this process ends it), and exits when this process goes away (its
-stdin, held open, reaches its end). A worker that cannot start or fails in any
-way only costs time: this process then reads the messages itself.
+The worker is this interpreter, isolated (``-I``: neither the current directory
+nor ``PYTHON*`` variables on its path) and importing this very package; it
+opens the store read-only (``StorageProvider.reader_config``), ignores Ctrl-C
+(this process ends it), and exits when this process goes away (its stdin, held
+open, reaches its end). A worker that cannot start or fails in any way only
+costs time: this process then reads the worker's records itself.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ import sys
 import threading
 from collections.abc import Collection, Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import IO, Any
 
 from triggerfish_cli import namespaces
@@ -52,9 +57,22 @@ FAMILY = ("lineage:", *(ns.prefix for ns in namespaces.NAMESPACES if ns.follows 
 #: Fewer messages than this and a worker costs more (its start, about 0.2 s) than it saves.
 MIN_MESSAGES = 100_000
 _HEX = "0123456789abcdef"
+
+
+def _command() -> list[str]:
+    """This interpreter, isolated, running :func:`main` of this very package (its parent
+    directory first on the path): never another copy found through the current
+    directory or ``PYTHONPATH``."""
+    root = str(Path(__file__).resolve().parents[2])
+    code = f"import sys; sys.path.insert(0, {root!r}); import {__name__} as w; w.main()"
+    return [sys.executable, "-I", "-c", code]
+
+
 #: How the worker is started (tests replace it).
-COMMAND = [sys.executable, "-m", __name__]
+COMMAND = _command()
 _LENGTH = struct.Struct("<Q")
+#: How long a worker that answered is given to exit before it is killed (seconds).
+EXIT_GRACE = 2.0
 
 #: What the worker hands back of the messages: each session's last message key and
 #: newest time, the sessions with a message left and with one of unreadable time, the
@@ -93,12 +111,15 @@ class Worker:
         self.ours = ours
         #: Why the worker gave nothing (None: it has not failed).
         self.error: str | None = None
+        #: Its answer arrived whole (it is ending by itself).
+        self.answered = False
 
     def result(self) -> State | None:
         """Its state (None: it failed, see :attr:`error`), the worker ended either way."""
         try:
             assert self.process.stdout is not None
             reply = _read_frame(self.process.stdout)
+            self.answered = reply is not None
             if reply is None:
                 self.error = f"the worker ended without a plan (exit {self.process.wait()})"
                 return None
@@ -117,15 +138,18 @@ class Worker:
             self.close()
 
     def close(self) -> None:
-        """End the worker (at once if it still runs) and reap it."""
+        """End the worker and reap it: one that answered exits by itself once its stdin
+        closes (it may be between its answer and its exit); any other is killed."""
         process = self.process
-        if process.poll() is None:
-            process.kill()
         for stream in (process.stdin, process.stdout):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        process.wait()
+        try:
+            process.wait(timeout=EXIT_GRACE if self.answered else 0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
 
 
 def _is_state(body: object) -> bool:
@@ -149,7 +173,8 @@ def start(
     only: Collection[str] | None,
     prefixes: Sequence[str],
 ) -> Worker | None:
-    """A worker planning the messages, when it is worth one; else None."""
+    """A worker planning most messages and the lineage family, when it is worth one;
+    else None."""
     if PREFIX not in prefixes or _cores() < 2:
         return None
     config = provider.reader_config()
@@ -279,6 +304,11 @@ def _read_frame(stream: IO[bytes]) -> bytes | None:
     return b"".join(chunks)
 
 
+#: Set once the worker's answer is being written: the parent closes our stdin as soon
+#: as it has read it, and the lifeline then ends us as done (0), not as orphaned (3).
+_ANSWERING = threading.Event()
+
+
 def _lifeline(stream: IO[bytes]) -> None:
     """End this process the moment the parent's end of ``stream`` closes (it went away)."""
 
@@ -288,7 +318,7 @@ def _lifeline(stream: IO[bytes]) -> None:
                 pass
         except OSError:
             pass
-        os._exit(3)
+        os._exit(0 if _ANSWERING.is_set() else 3)
 
     threading.Thread(target=watch, name="tfadmin-lifeline", daemon=True).start()
 
@@ -329,6 +359,7 @@ def main() -> None:
     except BaseException as exc:  # any failure: the parent reads the messages itself
         reply = ("error", f"{type(exc).__name__}: {exc}")
     body = pickle.dumps(reply, protocol=pickle.HIGHEST_PROTOCOL)
+    _ANSWERING.set()
     out = sys.stdout.buffer
     out.write(_LENGTH.pack(len(body)) + body)
     out.flush()

@@ -170,13 +170,10 @@ class _Pacer:
         self.gate = gate if pacing.checkpoint else None
         #: Whose running totals measure each batch (the write gate; None: the clock).
         self.meter = gate
-        frames = pacing.wal_frames if pacing.wal_frames is not None or gate is None else None
-        self.sizer = BatchSizer(
-            pacing.batch_size,
-            budget=pacing.max_lock,
-            frames=frames if frames is not None else gate.frame_budget if gate else None,
-            first=200,
-        )
+        frames = pacing.wal_frames
+        if frames is None and gate is not None:
+            frames = gate.frame_budget
+        self.sizer = BatchSizer(pacing.batch_size, budget=pacing.max_lock, frames=frames, first=200)
 
     @property
     def size(self) -> int:

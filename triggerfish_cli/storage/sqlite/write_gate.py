@@ -346,6 +346,7 @@ class WriteGate:
             if self._room_tries < ROOM_TRIES and self.wal.needs_room(self.frame_budget):
                 self._room_tries += 1  # a writer committed since the room was made:
                 self.stats.room_retries += 1  # thawed, room made again (WalUpkeep.rest_until)
+                self._busy = True  # and tried again at once, as for a writer's own write
                 freezer.end(freeze)
                 return None
             conn.execute("PRAGMA busy_timeout=0")
