@@ -49,6 +49,7 @@ from triggerfish_cli.retention.policies import Policies
 from triggerfish_cli.retention.rules import Planner
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.threads import background
 
 PREFIX = "conv:"
 #: The lineage records and the keys that follow them: a family no other rule reads,
@@ -320,7 +321,7 @@ def _lifeline(stream: IO[bytes]) -> None:
             pass
         os._exit(0 if _ANSWERING.is_set() else 3)
 
-    threading.Thread(target=watch, name="tfadmin-lifeline", daemon=True).start()
+    background(watch, name="tfadmin-lifeline")
 
 
 def _plan(job: bytes) -> State:
