@@ -45,7 +45,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gateway_writer
-from common import ANCHOR, DATA, ROOT, median, scratch_copy, store
+from common import ANCHOR, DATA, ROOT, median, peak_rss_command, peak_rss_mib, scratch_copy, store
 
 # -- the concurrent writer (bench/gateway_writer.py, its own process) ------------------
 
@@ -139,17 +139,13 @@ def our_job(db: Path, extra: list[str]) -> tuple[float, int, float]:
     ]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
-    )
-    stdout, stderr = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
-    _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak memory
-    proc.returncode = os.waitstatus_to_exitcode(status)
+    peak = DATA / "sweep-peak-rss"
+    proc = subprocess.run(peak_rss_command(command, peak), capture_output=True, text=True, env=env)
     seconds = time.perf_counter() - started
+    rss = peak_rss_mib(peak)  # the sweep's own peak (its plan worker's, if larger)
     if proc.returncode != 0:
-        raise SystemExit(f"sweep failed: {stderr}")
-    summary = json.loads(stdout)
-    rss = usage.ru_maxrss / 1024
+        raise SystemExit(f"sweep failed: {proc.stderr}")
+    summary = json.loads(proc.stdout)
     PHASES.append((summary["started_at"], summary["finished_at"]))
     GATES.append(summary.get("gate") or {})
     return seconds, int(summary["deleted"]) + int(summary["trimmed"]), rss

@@ -73,6 +73,43 @@ def scratch_copy(path: Path, name: str) -> Path:
     return target
 
 
+#: Forks and execs the command after ``--``, waits for it and writes its own peak RSS
+#: (KiB) to the file named first; exits with the command's status.
+_PEAK_WRAPPER = """
+import os, sys
+out, command = sys.argv[1], sys.argv[3:]
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execv(command[0], command)
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+with open(out, "w") as f:
+    f.write(str(usage.ru_maxrss))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def peak_rss_command(command: list[str], out: Path) -> list[str]:
+    """``command`` wrapped so that its own peak RSS lands in ``out`` (see :func:`peak_rss_mib`).
+
+    A child started from this process by vfork or posix_spawn (what subprocess
+    does) reports this process's own high-water RSS as its peak when this
+    process is the bigger: Linux carries the old address space's peak across
+    exec. A small wrapper that forks the job gives it a clean start.
+    """
+    return [sys.executable, "-I", "-c", _PEAK_WRAPPER, str(out), "--", *command]
+
+
+def peak_rss_mib(out: Path) -> float:
+    """The peak RSS a :func:`peak_rss_command` wrote, in MiB (its file removed)."""
+    try:
+        return int(out.read_text()) / 1024
+    finally:
+        out.unlink(missing_ok=True)
+
+
 def timed(fn: Callable[[], object], repeat: int = 5, warmup: int = 1) -> list[float]:
     """Wall times in seconds of ``repeat`` runs after ``warmup`` runs."""
     for _ in range(warmup):
