@@ -54,7 +54,8 @@ def run(db: Path, args: list[str], header: bool) -> Run:
     env.pop("TRIGGERFISH_FORMAT", None)
     # posix_spawn (vfork-like) shares no pages with a child, but Linux carries this
     # process's own peak RSS across the exec into the child's wait4 peak: main() checks
-    # that this process stays far below the peaks measured.
+    # that this process stays far below the peaks measured (common.peak_rss_command's
+    # wrapper would add its own start-up to the time to the first row).
     read_end, write_end = os.pipe()
     devnull = os.open(os.devnull, os.O_WRONLY)
     started = time.perf_counter()

@@ -73,11 +73,11 @@ def scratch_copy(path: Path, name: str) -> Path:
     return target
 
 
-#: Forks and execs the command after ``--``, waits for it and writes its own peak RSS
+#: Forks and execs the command after the file name, waits for it and writes its own peak RSS
 #: (KiB) to the file named first; exits with the command's status.
 _PEAK_WRAPPER = """
 import os, sys
-out, command = sys.argv[1], sys.argv[3:]
+out, command = sys.argv[1], sys.argv[2:]
 pid = os.fork()
 if pid == 0:
     try:
@@ -99,7 +99,7 @@ def peak_rss_command(command: list[str], out: Path) -> list[str]:
     process is the bigger: Linux carries the old address space's peak across
     exec. A small wrapper that forks the job gives it a clean start.
     """
-    return [sys.executable, "-I", "-c", _PEAK_WRAPPER, str(out), "--", *command]
+    return [sys.executable, "-I", "-c", _PEAK_WRAPPER, str(out), *command]
 
 
 def peak_rss_mib(out: Path) -> float:
