@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from triggerfish_cli import safe_yaml
 from triggerfish_cli.errors import InvalidDataError
 
 
@@ -45,19 +46,8 @@ def _key_text(node: Any) -> str:
 
 
 def compose(text: str) -> Any:
-    """The YAML node tree, with marks that index ``text`` by code point.
-
-    libyaml's marks count code points like the pure-Python loader's, except
-    that it does not count a leading byte-order mark: such (rare) texts use
-    the pure-Python loader, ten times slower.
-    """
-    # lazy: yaml only where YAML is parsed (TID253)
-    import yaml
-
-    loader = yaml.SafeLoader
-    if not text.startswith("\ufeff"):
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.compose(text, Loader=loader)
+    """The YAML node tree, with marks that index ``text`` by code point (alias bombs refused)."""
+    return safe_yaml.compose(text)
 
 
 #: Most nodes a walk visits: aliases can expand a small file enormously.
@@ -165,6 +155,6 @@ def load(text: str) -> Any:
     import yaml
 
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return safe_yaml.load(text)
     except ValueError as exc:
         raise yaml.YAMLError(str(exc)) from None
