@@ -58,8 +58,23 @@ def _too_big() -> InvalidDataError:
     return InvalidDataError(f"the YAML expands to more than {MAX_NODES} values (aliases)")
 
 
+def _setting_name(node: Any) -> str | None:
+    """``{name: OPENAI_API_KEY, value: ...}`` (or ``key:``): the value's setting name."""
+    # lazy: yaml only where YAML is parsed (TID253)
+    import yaml
+
+    keys = {_key_text(key).lower(): value for key, value in node.value}
+    named = keys.get("name", keys.get("key"))
+    if "value" in keys and isinstance(named, yaml.ScalarNode) and named.value:
+        return str(named.value)
+    return None
+
+
 def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]:
     """Every scalar value node with its path and the key it sits under.
+
+    The ``value`` of a ``name``/``value`` (or ``key``/``value``) pair, such as a
+    Kubernetes ``env`` item, sits under the pair's name: it is one setting.
 
     A recursive alias is walked once; a document whose aliases expand to
     more than :data:`MAX_NODES` values is refused.
@@ -79,9 +94,11 @@ def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]
             return
         inner = above | {id(node)}
         if isinstance(node, yaml.MappingNode):
+            setting = _setting_name(node)
             for key_node, value_node in node.value:
                 name = _key_text(key_node)
-                yield from walk(value_node, [*parts, name], name, inner)
+                label = setting if setting is not None and name.lower() == "value" else name
+                yield from walk(value_node, [*parts, name], label, inner)
         elif isinstance(node, yaml.SequenceNode):
             # Items of `tokens: [...]` are tokens: they inherit the key, singular.
             inherited = key[:-1] if key and key.endswith("s") else None
