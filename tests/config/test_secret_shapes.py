@@ -364,6 +364,7 @@ def test_kin_are_found_by_path(name: str, text: str, path: str) -> None:
     "text",
     [
         "mcp_servers: {x: {env: {PWD: /srv/triggerfish, OLDPWD: ~/work}}}\n",
+        "env: [PWD=., 'PWD=$HOME'] \nvars: {PWD: ., OLDPWD: $HOME, pwd: '..'}\n",
         "proxy: {bypass: proxy.internal.example, compass: north-north-west}\n",
         "env: [{name: LOG_LEVEL, value: debug}, {name: PORT, value: '8080'}]\n",
         "env: [{name: OPENAI_API_KEY, valueFrom: {secretKeyRef: {name: tf, key: openai}}}]\n",
@@ -450,3 +451,12 @@ retention: {conversations: 90d, lineage: 30d}
 
 def test_a_gateway_config_with_every_section_passes() -> None:
     assert guard.scan(GATEWAY_SECTIONS).findings == []
+
+
+def test_a_binary_secret_is_masked_with_its_tag_and_put_back_byte_for_byte() -> None:
+    text = f"models:\n  x:\n    extra: &k !!binary {b64(ANTHROPIC)}\n    model: m\n    again: *k\n"
+    masked, findings = redaction.redact(text)
+    assert masked == text.replace(f"!!binary {b64(ANTHROPIC)}", '"<redacted>"')
+    assert [f.kind for f in findings] == ["Anthropic API key (base64)"] * 2
+    values = {"models.x.extra": ANTHROPIC.encode(), "models.x.again": ANTHROPIC.encode()}
+    assert redaction.restore(masked, [f.as_record() for f in findings], values) == text

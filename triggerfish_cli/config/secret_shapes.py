@@ -218,9 +218,10 @@ def _setting_is_secret(match: re.Match[str]) -> bool:
     value = _unquoted(match.group("value"))
     if is_reference(value) or value.startswith("$"):
         return False
+    name = normalise_key(match.group("name"))
     if value.isdigit():
-        return normalise_key(match.group("name")).endswith((*_NUMERIC_SUFFIXES, "pwd"))
-    return True
+        return name.endswith((*_NUMERIC_SUFFIXES, "pwd"))
+    return not (name.endswith("pwd") and _directory(value))
 
 
 def _query_is_secret(match: re.Match[str]) -> bool:
@@ -322,6 +323,11 @@ def _is_path(text: str) -> bool:
     return text.startswith(("/", "~", "./", "../")) or bool(re.match(r"[A-Za-z]:[\\/]", text))
 
 
+def _directory(value: str) -> bool:
+    """``PWD`` is also the working directory: ``/srv/app``, ``.``, ``$HOME``."""
+    return _is_path(value) or value in (".", "..") or value.startswith("$")
+
+
 def looks_random(text: str, minimum: int = 20) -> bool:
     if len(text) < minimum or any(c.isspace() for c in text) or _is_path(text):
         return False
@@ -341,7 +347,7 @@ def _name_kind(key: str | None, name: str, value: str) -> str | None:
     """Why ``value`` is a secret by the name it sits under, or ``None``."""
     if name.endswith(_STRONG_SUFFIXES):
         return "key name"
-    if _password_word(key) and not _is_path(value):  # PWD=/srv/app is a directory
+    if _password_word(key) and not _directory(value):
         return "key name"
     if name.endswith(_WEAK_EXCEPTIONS):
         return None
