@@ -10,6 +10,8 @@ Each case is timed side by side with its physical limit:
 - an unchanged `snapshot` (read, scan for secrets, compare)  vs  reading the
   file, one CSafeLoader parse of it and the raw range query;
 - the secrets scan of a realistic 3 KB config  vs  parsing it (CSafeLoader);
+- refusing the 478-byte alias bomb of issue #35 (scan)  vs  composing it (CSafeLoader),
+  and `config validate` of it as a process (target: under a second; it took 17-18 s);
 - a rollback (plan + apply: snapshot check, validate, atomic write, record)
   vs  an atomic file write plus one autocommitted INSERT;
 - `config history --format json` as a process  vs  `kv get --raw` as a
@@ -45,6 +47,7 @@ from common import ROOT, median, p95, report, store, timed
 from triggerfish_cli.config import secrets_guard
 from triggerfish_cli.config import versions as cv
 from triggerfish_cli.config.rollback import apply_rollback, plan_rollback
+from triggerfish_cli.errors import InvalidDataError
 from triggerfish_cli.fileio import atomic_writer
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
@@ -117,6 +120,17 @@ web:
   search: {provider: brave, api_key: "secret:web:search:apiKey"}
 """
 
+#: The 478-byte billion-laughs file of issue 35 (9**9 strings through aliases).
+BOMB = (
+    "# billion laughs (478 bytes), #35\n"
+    'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]\n'
+    + "".join(
+        f"{n}: &{n} [" + ", ".join([f"*{p}"] * 9) + "]\n"
+        for n, p in zip("bcdefghi", "abcdefgh", strict=True)
+    )
+    + "models: {primary: {model: x}}\n"
+)
+
 
 def scratch(source: Path) -> Path:
     target = ROOT / "bench" / "data" / "config-bench.db"
@@ -188,6 +202,18 @@ def main() -> None:
     parse = ms(lambda: yaml.load(CONFIG, Loader=yaml.CSafeLoader), 50)
     results.append(report("secrets scan of a 3 KB config", scan, parse, 5.0, unit="ms"))
 
+    def refuse_bomb() -> None:
+        try:
+            secrets_guard.scan(BOMB)
+        except InvalidDataError:
+            return
+        raise AssertionError("the alias bomb was not refused")
+
+    bomb_compose = ms(lambda: yaml.compose(BOMB, Loader=yaml.CSafeLoader), 50)
+    results.append(
+        report("478-byte alias bomb refused", ms(refuse_bomb, 50), bomb_compose, 5.0, unit="ms")
+    )
+
     config.write_text(CONFIG + "# revision 9\n")
 
     def rollback() -> None:
@@ -235,6 +261,17 @@ def main() -> None:
         "config history -f json vs bare python", ours, ms(lambda: run(bare), 15), 99.0, unit="ms"
     )
     print(f"{'':48} history process median {median(ours):.0f} ms, p95 {p95(ours):.0f} ms")
+    bomb_file = workdir / "bomb.yaml"
+    bomb_file.write_text(BOMB)
+    validate = [*tool, "--config", str(bomb_file), "config", "validate"]
+    refused = lambda: subprocess.run(validate, capture_output=True, env=env).returncode == 8  # noqa: E731
+    assert refused()
+    ours = ms(refused, 15)
+    results.append(median(ours) < 1000)
+    print(
+        f"{'config validate of the alias bomb (process)':<48} median {median(ours):.0f} ms, "
+        f"p95 {p95(ours):.0f} ms  target < 1000 ms  {'OK' if results[-1] else 'MISSED'}"
+    )
     provider.close()
     raw.close()
     shutil.rmtree(workdir)

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triggerfish_cli import safe_yaml
 from triggerfish_cli.errors import InvalidDataError, NotFoundError
 
 
@@ -115,8 +116,7 @@ def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
     import yaml
 
     try:
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        document = yaml.load(text, Loader=loader)
+        document = safe_yaml.load(text)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
@@ -125,6 +125,8 @@ def parse_yaml_mapping(text: str, origin: str) -> dict[str, Any]:
         raise InvalidDataError(f"{origin}: invalid YAML: {exc}") from None
     except ValueError as exc:  # YAML that parses but cannot be built: a 13th month
         raise InvalidDataError(f"{origin}: invalid value in YAML: {exc}") from None
+    except InvalidDataError as exc:  # an alias bomb
+        raise InvalidDataError(f"{origin}: {exc.message}") from None
     if document is None:
         return {}
     if not isinstance(document, dict):

@@ -32,7 +32,12 @@ from triggerfish_cli import paths
 from triggerfish_cli.config import redaction, secrets_guard
 from triggerfish_cli.config.files import backup_time, config_lock, read_config, sha256_text
 from triggerfish_cli.config.versions import KEEP, list_versions, store_version, version_numbers
-from triggerfish_cli.errors import NotFoundError, RefusedError, TriggerfishError
+from triggerfish_cli.errors import (
+    InvalidDataError,
+    NotFoundError,
+    RefusedError,
+    TriggerfishError,
+)
 from triggerfish_cli.storage.provider import StorageProvider
 
 #: The name the gateway's copies start with (then ``.`` and the time).
@@ -121,7 +126,10 @@ def plan_import(
             candidate.skipped = exc.message
             continue
         assert config is not None
-        scan = secrets_guard.scan(config.text)
+        try:
+            scan = secrets_guard.scan(config.text)
+        except InvalidDataError as exc:  # an alias bomb: the whole import stops
+            raise InvalidDataError(f"{candidate.file}: {exc.message}; nothing imported") from None
         try:
             candidate.text, candidate.findings = redaction.redact(config.text, scan)
         except RefusedError as exc:

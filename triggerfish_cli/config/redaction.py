@@ -3,6 +3,7 @@ and putting supplied values back where a stored version holds markers."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -92,6 +93,8 @@ def render_scalar(value: Any, style: str, indent: int = 2) -> str:
         return json.dumps(value)
     if isinstance(value, (int, float)):
         return repr(value)
+    if isinstance(value, bytes):  # a !!binary value
+        return "!!binary " + base64.b64encode(value).decode("ascii")
     text = str(value)
     if style == "plain":
         return text

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from triggerfish_cli import safe_yaml
 from triggerfish_cli.errors import InvalidDataError
 
 
@@ -45,19 +46,8 @@ def _key_text(node: Any) -> str:
 
 
 def compose(text: str) -> Any:
-    """The YAML node tree, with marks that index ``text`` by code point.
-
-    libyaml's marks count code points like the pure-Python loader's, except
-    that it does not count a leading byte-order mark: such (rare) texts use
-    the pure-Python loader, ten times slower.
-    """
-    # lazy: yaml only where YAML is parsed (TID253)
-    import yaml
-
-    loader = yaml.SafeLoader
-    if not text.startswith("\ufeff"):
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return yaml.compose(text, Loader=loader)
+    """The YAML node tree, with marks that index ``text`` by code point (alias bombs refused)."""
+    return safe_yaml.compose(text)
 
 
 #: Most nodes a walk visits: aliases can expand a small file enormously.
@@ -68,8 +58,23 @@ def _too_big() -> InvalidDataError:
     return InvalidDataError(f"the YAML expands to more than {MAX_NODES} values (aliases)")
 
 
+def _setting_name(node: Any) -> str | None:
+    """``{name: OPENAI_API_KEY, value: ...}`` (or ``key:``): the value's setting name."""
+    # lazy: yaml only where YAML is parsed (TID253)
+    import yaml
+
+    keys = {_key_text(key).lower(): value for key, value in node.value}
+    named = keys.get("name", keys.get("key"))
+    if "value" in keys and isinstance(named, yaml.ScalarNode) and named.value:
+        return str(named.value)
+    return None
+
+
 def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]:
     """Every scalar value node with its path and the key it sits under.
+
+    The ``value`` of a ``name``/``value`` (or ``key``/``value``) pair, such as a
+    Kubernetes ``env`` item, sits under the pair's name: it is one setting.
 
     A recursive alias is walked once; a document whose aliases expand to
     more than :data:`MAX_NODES` values is refused.
@@ -89,9 +94,11 @@ def walk_scalars(root: Any) -> Iterator[tuple[list[str | int], str | None, Any]]
             return
         inner = above | {id(node)}
         if isinstance(node, yaml.MappingNode):
+            setting = _setting_name(node)
             for key_node, value_node in node.value:
                 name = _key_text(key_node)
-                yield from walk(value_node, [*parts, name], name, inner)
+                label = setting if setting is not None and name.lower() == "value" else name
+                yield from walk(value_node, [*parts, name], label, inner)
         elif isinstance(node, yaml.SequenceNode):
             # Items of `tokens: [...]` are tokens: they inherit the key, singular.
             inherited = key[:-1] if key and key.endswith("s") else None
@@ -165,6 +172,6 @@ def load(text: str) -> Any:
     import yaml
 
     try:
-        return yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        return safe_yaml.load(text)
     except ValueError as exc:
         raise yaml.YAMLError(str(exc)) from None
