@@ -17,8 +17,11 @@ backups as before. An operator's ``--scratch`` always wins.
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+from triggerfish_cli.errors import WriteError, write_error
 
 #: The memory-backed directory a throw-away copy prefers (Linux's tmpfs at /dev/shm).
 MEMORY_DIR = Path("/dev/shm")
@@ -70,3 +73,18 @@ def mem_available() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def create_private(path: Path) -> int:
+    """A new file at ``path`` for writing (0600), never one already there: not through a
+    symbolic link planted at its name (O_NOFOLLOW), not over a file (O_EXCL)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ELOOP):
+            raise WriteError(
+                f"{path}: cannot write: something is already there (a link?): "
+                "nothing was written through it"
+            ) from None
+        raise write_error(path, exc) from exc
