@@ -12,7 +12,11 @@ took 0.48 s on /dev/shm against 2.4 s on ext4 with cold metadata caches, and
 The copy goes there only when the machine can afford it: the tmpfs has room
 for it and the memory the kernel reports available stays above twice its
 size (the gateway's working set comes first); otherwise it goes beside the
-backups as before. An operator's ``--scratch`` always wins.
+backups as before. An operator's ``--scratch`` always wins. The size is the
+manifest's claim, and a hard cap: decompression stops where the output would
+pass it (decompress.py), so a bomb whose manifest lies low fills no more of
+the tmpfs than it claimed. The copy is a new file, never one planted at its
+name (:func:`create_private`).
 """
 
 from __future__ import annotations
