@@ -24,12 +24,20 @@ import zstandard
 from tests.backup.test_backup import create, kv_rows
 from tests.backup.test_scratch import places, shm  # noqa: F401 - fixtures
 from tests.conftest import CliFn
-from tests.helpers.bombs import bomb, run_limited
+from tests.helpers.bombs import CREATED, bomb, run_limited
 from tests.helpers.gateway import GATEWAY_ROWS
 from tests.helpers.services import S3
 from triggerfish_cli.backup import decompress, payload, physical, verify
-from triggerfish_cli.backup.archive import MAX_LINE, MAX_SEALED, read_manifest, trailer_bytes
+from triggerfish_cli.backup.archive import (
+    MAX_LINE,
+    MAX_SEALED,
+    archive_name,
+    read_manifest,
+    trailer_bytes,
+)
 from triggerfish_cli.backup.crypt import parse_recipient
+from triggerfish_cli.backup.manifest import Manifest
+from triggerfish_cli.backup.payload import Payload, finish_payload
 from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.errors import TriggerfishError, VerificationError, WriteError
 from triggerfish_cli.progress import SILENT
@@ -292,6 +300,49 @@ def test_verify_of_a_physical_bomb_fails_at_once_within_its_claim(tmp_path: Path
     assert ran.returncode == 5, ran.stderr
     assert f"more than the {CLAIM} bytes the manifest says" in _one_line(ran.stderr)
     assert ran.peak_mib < MEMORY_BOUND_MIB, ran.peak_mib
+
+
+@pytest.mark.parametrize("inside", ["more than its claim", "not gzip"])
+def test_an_encrypted_payload_that_fails_to_decompress_fails_at_once(
+    tmp_path: Path, inside: str
+) -> None:
+    """Its encrypted bytes are intact, so the failure is the decompression's: exit 5 at
+    once (the plaintext was once drained from an age stream already shut: a hang)."""
+    recipient, identity = _identity(tmp_path)
+    if inside == "not gzip":
+        archive = _encrypted_junk(tmp_path, recipient)
+    else:
+        archive = bomb(
+            tmp_path, expands_to=8 << 20, claim=1 << 20, compression="none", recipients=[recipient]
+        )
+    ran = run_limited(
+        [SCRIPT, "backup", "verify", str(archive), "-i", str(identity)],
+        dict(os.environ),
+        tmp_path,
+        hang=300,
+    )
+    assert ran.returncode == 5, ran.stderr
+    assert "verification failed: decompress: " in _one_line(ran.stderr)
+
+
+def _encrypted_junk(tmp_path: Path, recipient: Any) -> Path:
+    """An encrypted archive whose payload, said to be gzip, is 8 MiB of noise."""
+    sealing = Payload([recipient])
+    manifest = Manifest(
+        kind="physical",
+        created=CREATED,
+        source="sqlite:/nowhere/triggerfish.db",
+        backend="sqlite",
+        compression="gzip",
+        content_bytes=1 << 20,
+    )
+    path = tmp_path / archive_name(CREATED, "physical", "gzip", encrypted=True)
+    with path.open("wb") as out:
+        with sealing.into(out) as sink:
+            sink.write(os.urandom(8 << 20))
+        finish_payload(sink, manifest)
+        out.write(sealing.trailer(manifest))
+    return path
 
 
 def test_restore_of_a_physical_bomb_fails_at_once_and_leaves_nothing(tmp_path: Path) -> None:

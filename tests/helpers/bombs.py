@@ -132,17 +132,18 @@ class Limited:
 
 
 def run_limited(
-    command: list[str], env: dict[str, str], work: Path, *, max_file: int = -1
+    command: list[str], env: dict[str, str], work: Path, *, max_file: int = -1, hang: float = 600
 ) -> Limited:
     """``command`` with no file it writes allowed past ``max_file`` bytes (a write past
-    it fails with EFBIG), and its own peak RSS."""
+    it fails with EFBIG), and its own peak RSS; TimeoutExpired after ``hang`` seconds
+    (a hang, not a speed: these runs take a second or two)."""
     out = work / "peak-rss"
     done = subprocess.run(
         [sys.executable, "-I", "-c", _WRAPPER, str(out), str(max_file), *command],
         env=env,
         capture_output=True,
         text=True,
-        timeout=600,
+        timeout=hang,
         check=False,
     )
     peak = int(out.read_text()) / 1024
