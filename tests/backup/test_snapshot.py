@@ -694,7 +694,7 @@ def test_zstd_frames_decompress_as_one_stream_in_order(
     for frames in (done.frames, None):
         with out.open("rb") as handle:
             source = LimitedHashingReader(handle, len(data))
-            chunks = decompress_chunks(source, "zstd", frames)
+            chunks = decompress_chunks(source, "zstd", frames, limit=len(content))
             assert b"".join(bytes(chunk) for chunk in chunks) == content
             assert source.sha.hexdigest() == sink.sha.hexdigest()
 
@@ -718,7 +718,8 @@ def test_frames_decompressed_into_a_file_land_at_their_offsets(tmp_path: Path, s
     try:
         with archive.open("rb") as handle:
             source = LimitedHashingReader(handle, len(data))
-            steps = list(decompress_into(source, "zstd", [len(f) for f in frames], fd))
+            sizes = [len(f) for f in frames]
+            steps = list(decompress_into(source, "zstd", sizes, fd, limit=len(content)))
     finally:
         os.close(fd)
     assert target.read_bytes() == content
@@ -738,7 +739,7 @@ def test_a_frame_whose_header_lies_about_its_size_is_a_verification_error(
     try:
         with archive.open("rb") as handle, pytest.raises(VerificationError, match="zstd"):
             source = LimitedHashingReader(handle, len(lying))
-            list(decompress_into(source, "zstd", [len(lying)], fd))
+            list(decompress_into(source, "zstd", [len(lying)], fd, limit=2000))
     finally:
         os.close(fd)
 
@@ -765,7 +766,8 @@ def test_a_damaged_frame_is_a_verification_error(
     data[done.frames[0] + done.frames[1] // 2] ^= 0xFF  # inside the second frame
     out.write_bytes(bytes(data))
     with out.open("rb") as handle, pytest.raises(VerificationError, match="zstd"):
-        for _ in decompress_chunks(LimitedHashingReader(handle, len(data)), "zstd", done.frames):
+        source = LimitedHashingReader(handle, len(data))
+        for _ in decompress_chunks(source, "zstd", done.frames, limit=len(content)):
             pass
     assert not _new_threads(before)
 

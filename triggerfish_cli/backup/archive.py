@@ -54,6 +54,14 @@ TRAILER = struct.Struct("<Q8s")
 ZSTD_SKIPPABLE = struct.Struct("<II")
 ZSTD_SKIPPABLE_MAGIC = 0x184D2A5E
 MAX_MANIFEST = 16 << 20
+#: An encrypted manifest: MAX_MANIFEST and age's header and tags.
+MAX_SEALED = MAX_MANIFEST + (1 << 20)
+#: The longest line of a logical payload (one key and its value as JSON), newline
+#: excluded: a longer one is refused by create and fails verify (exit 5) as soon as
+#: it passes this, never held whole. The gateway's biggest records are messages,
+#: bounded by a model's context (~1M tokens, a few MiB); 64 MiB holds a value of
+#: at least 10 MiB even when ``ensure_ascii`` escapes every byte as six.
+MAX_LINE = 64 << 20
 
 EXTENSIONS = {"zstd": ".zst", "gzip": ".gz", "none": ""}
 KIND_EXTENSIONS = {"physical": ".db", "logical": ".jsonl"}
@@ -106,6 +114,10 @@ def read_manifest_tail(size: int, read_range: Callable[[int, int], bytes], origi
     except (UnicodeDecodeError, ValueError) as exc:
         raise InvalidDataError(f"{origin}: the manifest is not valid JSON ({exc})") from None
     manifest = Manifest.from_dict(data, origin)
+    if manifest.sealed_bytes > MAX_SEALED:  # read whole and decrypted in memory
+        raise InvalidDataError(
+            f"{origin}: encrypted manifest length {manifest.sealed_bytes} is invalid"
+        )
     framing = ZSTD_SKIPPABLE.size if manifest.compression == "zstd" else 0
     if manifest.sealed:
         framing = manifest.sealed_bytes

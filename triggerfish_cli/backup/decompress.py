@@ -1,5 +1,16 @@
 """The payload decompressed: chunk by chunk, or written into a file (zstd frames in
-parallel, each written at its offset by the thread that decompressed it)."""
+parallel, each written at its offset by the thread that decompressed it).
+
+Never beyond what the manifest says: every way stops as soon as the output
+would pass ``limit`` (the manifest's ``content_bytes``) and raises
+VerificationError then, before that output is handed on or written. A
+decompression bomb (a small payload, hashed right, that expands far beyond
+its claim) costs at most ``limit`` bytes of output and a fixed amount of
+memory: a zstd frame whose header says it would pass the limit is refused
+before it is decompressed; frames are held whole only up to :data:`POOLED`
+bytes (ours are 8 MiB), bigger ones and those whose header gives no size are
+streamed; gzip and unframed zstd give at most a chunk per step.
+"""
 
 from __future__ import annotations
 
@@ -7,19 +18,24 @@ import collections
 import os
 import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from triggerfish_cli.backup.streams import CHUNK, LimitedHashingReader, read_chunks
+from triggerfish_cli.backup.streams import CHUNK, LimitedHashingReader, ZstdFrames
 from triggerfish_cli.errors import VerificationError
 from triggerfish_cli.threads import block_signals, cpu_workers
 
+#: A zstd frame is decompressed whole on the pool up to this size (compressed, and
+#: what its header says it holds); a bigger one is streamed, in order.
+POOLED = ZstdFrames.FRAME + (1 << 20)
+
 
 def decompress_chunks(
-    source: LimitedHashingReader, compression: str, frames: list[int] | None = None
+    source: LimitedHashingReader, compression: str, frames: list[int] | None, *, limit: int
 ) -> Iterator[bytes | memoryview]:
-    """The decompressed payload, chunk by chunk. Corrupt data raises VerificationError.
+    """The decompressed payload, chunk by chunk, never more than ``limit`` bytes in all:
+    past it, or on corrupt data, VerificationError.
 
     A chunk is only valid until the next one is asked for.
 
@@ -27,55 +43,104 @@ def decompress_chunks(
     decompressed in parallel, in order.
     """
     if compression == "zstd" and frames:
-        yield from _zstd_frames(source, frames)
+        yield from _zstd_frames(source, frames, limit)
     elif compression == "zstd":
-        import zstandard  # lazy: a C extension only backups and restores need
-
-        raw: Any = source
-        reader = zstandard.ZstdDecompressor().stream_reader(
-            raw, read_size=CHUNK, read_across_frames=True
-        )
-        try:
-            yield from read_chunks(reader)
-        except zstandard.ZstdError as exc:
-            raise VerificationError(f"zstd: {exc}") from None
+        yield from _zstd_stream(source, limit)
     elif compression == "gzip":
-        inflate = zlib.decompressobj(31)
-        try:
-            for data in read_chunks(source):
-                out = inflate.decompress(data)
-                if out:
-                    yield out
-            tail = inflate.flush()
-            if tail:
-                yield tail
-        except zlib.error as exc:
-            raise VerificationError(f"gzip: {exc}") from None
-        if not inflate.eof:
-            raise VerificationError("gzip: the compressed stream ends early")
+        yield from _capped(_Gunzip(source).read, limit, "gzip")
     else:
-        yield from read_chunks(source)
+        yield from _capped(source.read, limit, "payload")
 
 
 def decompress_into(
-    source: LimitedHashingReader, compression: str, frames: list[int] | None, fd: int
+    source: LimitedHashingReader,
+    compression: str,
+    frames: list[int] | None,
+    fd: int,
+    *,
+    limit: int,
 ) -> Iterator[int]:
     """The decompressed payload written into the file ``fd`` from its start; yields
-    how many bytes each step wrote, in order. Corrupt data raises VerificationError.
+    how many bytes each step wrote, in order. Nothing is written past ``limit``:
+    a payload that holds more, or corrupt data, raises VerificationError.
 
-    zstd frames are each written by the thread that decompressed them, at
+    zstd frames are each written by the thread that decompressed it, at
     their offset: the kernel's work of giving the file new pages (on a VM
     most of the cost of writing a scratch store) is spread over the cores
     like the decompression.
     """
     if compression == "zstd" and frames:
-        yield from _zstd_frames(source, frames, fd)
+        yield from _zstd_frames(source, frames, limit, fd)
         return
     offset = 0
-    for chunk in decompress_chunks(source, compression, frames):
+    for chunk in decompress_chunks(source, compression, frames, limit=limit):
         _write_at(fd, chunk, offset)
         offset += len(chunk)
         yield len(chunk)
+
+
+def too_big(what: str, limit: int) -> VerificationError:
+    return VerificationError(
+        f"{what}: the payload decompresses to more than the {limit} bytes the manifest says"
+    )
+
+
+def _capped(read: Callable[[int], bytes], limit: int, what: str) -> Iterator[bytes]:
+    """``read(n)`` until it gives nothing, in chunks of at most CHUNK bytes; one byte
+    past ``limit`` raises (that byte is never handed on)."""
+    produced = 0
+    while True:
+        data = read(min(CHUNK, max(limit - produced + 1, 1)))
+        if not data:
+            return
+        produced += len(data)
+        if produced > limit:
+            raise too_big(what, limit)
+        yield data
+
+
+def _zstd_stream(source: Any, limit: int) -> Iterator[bytes]:
+    """zstd frames one after another (any number, sized or not), read as one stream."""
+    import zstandard  # lazy: a C extension only backups and restores need
+
+    reader = zstandard.ZstdDecompressor().stream_reader(
+        source, read_size=CHUNK, read_across_frames=True
+    )
+    try:
+        yield from _capped(reader.read, limit, "zstd")
+    except zstandard.ZstdError as exc:
+        raise VerificationError(f"zstd: {exc}") from None
+
+
+class _Gunzip:
+    """A gzip stream as a reader: ``read(n)`` gives at most ``n`` decompressed bytes
+    (zlib's ``max_length``), whatever one compressed chunk expands to."""
+
+    def __init__(self, source: LimitedHashingReader) -> None:
+        self.source = source
+        self.inflate = zlib.decompressobj(31)
+        self.tail = b""
+
+    def read(self, size: int) -> bytes:
+        inflate = self.inflate
+        try:
+            while not inflate.eof:
+                if not self.tail:
+                    self.tail = self.source.read(CHUNK)
+                    if not self.tail:
+                        left = inflate.decompress(b"", size)  # what zlib still holds
+                        if left:
+                            return left
+                        raise VerificationError("gzip: the compressed stream ends early")
+                out = inflate.decompress(self.tail, size)
+                self.tail = inflate.unconsumed_tail
+                if out:
+                    return out
+        except zlib.error as exc:
+            raise VerificationError(f"gzip: {exc}") from None
+        if inflate.unused_data or self.source.read(1):
+            raise VerificationError("gzip: more data after the end of the compressed stream")
+        return b""
 
 
 def _write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
@@ -85,83 +150,96 @@ def _write_at(fd: int, data: bytes | memoryview, offset: int) -> None:
         view, offset = view[written:], offset + written
 
 
+class _Part:
+    """The next ``left`` bytes of ``source`` as a reader (a frame streamed as it is read)."""
+
+    def __init__(self, source: LimitedHashingReader, left: int) -> None:
+        self.source = source
+        self.left = left
+
+    def read(self, size: int = -1) -> bytes:
+        wanted = self.left if size is None or size < 0 else min(size, self.left)
+        data = self.source.read(wanted)
+        self.left -= len(data)
+        return data
+
+
 def _zstd_frames(
-    source: LimitedHashingReader, sizes: list[int], fd: int | None = None
+    source: LimitedHashingReader, sizes: list[int], limit: int, fd: int | None = None
 ) -> Iterator[Any]:
-    """Each frame of ``sizes`` read in turn (hashed), decompressed on a pool, in order.
+    """Each frame of ``sizes`` read in turn (hashed), decompressed on a pool, in order;
+    never more than ``limit`` bytes in all.
 
     Without ``fd``: the frames' contents (each valid until the next is asked
     for). With it: each frame is written into ``fd`` at its offset by the
-    thread that decompressed it, and what is yielded is its length (a frame
-    whose header does not give its size, and every one after it, is written
-    here, in order). Frames are decompressed into a few buffers used over and
-    over: fresh 8 MiB outputs would cost a page fault per 4 KiB.
+    thread that decompressed it, and what is yielded is its length. A frame
+    whose header says it holds more than the rest of ``limit`` is refused
+    before it is decompressed; one bigger than :data:`POOLED`, or whose
+    header does not say, is streamed here once those before it landed. Frames
+    are decompressed into a few buffers used over and over: fresh 8 MiB
+    outputs would cost a page fault per 4 KiB.
     """
     import zstandard  # lazy: a C extension only backups and restores need
 
     local = threading.local()
     free: list[bytearray] = []
 
-    def decompress(
-        data: bytes, size: int, buffer: bytearray, offset: int | None
-    ) -> tuple[bytearray, int]:
+    def decompress(data: bytes, size: int, buffer: bytearray, offset: int) -> tuple[bytearray, int]:
         context = getattr(local, "context", None)
         if context is None:
             context = local.context = zstandard.ZstdDecompressor()
+        if len(buffer) < size:
+            buffer = bytearray(size)
         try:
-            if size < 0:  # not in the header: as a stream, to its end
-                stream = context.decompressobj()
-                buffer = bytearray(stream.decompress(data))
-                size = len(buffer)
-                if not stream.eof or stream.unused_data:
-                    raise VerificationError("zstd: a frame ends early, or more follows it")
-            else:
-                if len(buffer) < size:
-                    buffer = bytearray(size)
-                _frame_into(context, data, memoryview(buffer), size)
+            _frame_into(context, data, memoryview(buffer), size)
         except zstandard.ZstdError as exc:
             raise VerificationError(f"zstd: {exc}") from None
-        if fd is not None and offset is not None:
+        if fd is not None:
             _write_at(fd, memoryview(buffer)[:size], offset)
         return buffer, size
 
     threads = cpu_workers()
     pending: collections.deque[Future[tuple[bytearray, int]]] = collections.deque()
-    #: Where the next frame goes in fd; None once a frame did not say its size.
-    offset: int | None = 0
-    written = 0  # bytes in fd so far (frames written here, in order)
+    total = 0  # the bytes of the frames taken so far: where the next one goes
 
     def landed(future: Future[tuple[bytearray, int]]) -> Any:
-        nonlocal written
         buffer, count = future.result()
         free.append(buffer)
-        if fd is None:
-            return memoryview(buffer)[:count]
-        if offset is None:
-            _write_at(fd, memoryview(buffer)[:count], written)
-        written += count
-        return count
+        return count if fd is not None else memoryview(buffer)[:count]
 
     with ThreadPoolExecutor(
         threads, thread_name_prefix="backup-unzstd", initializer=block_signals
     ) as pool:
         try:
             for size in sizes:
-                data = source.read(size)
-                if len(data) != size:
-                    raise VerificationError("zstd: the payload ends inside a frame")
-                content, at = _content_size(data), None
-                if fd is not None and offset is not None:
-                    if content < 0:
-                        while pending:  # from here on every frame is written in order
-                            yield landed(pending.popleft())
-                        offset = None
-                    else:
-                        at, offset = offset, offset + content
-                buffer = free.pop() if free else bytearray()
-                pending.append(pool.submit(decompress, data, content, buffer, at))
-                while pending and (pending[0].done() or len(pending) > 2 * threads):
+                data, content = b"", -1
+                if size <= POOLED:
+                    data = source.read(size)
+                    if len(data) != size:
+                        raise VerificationError("zstd: the payload ends inside a frame")
+                    content = _content_size(data)
+                if content > limit - total:
+                    raise too_big("zstd", limit)  # its header says so: not decompressed
+                if 0 <= content <= POOLED:
+                    buffer = free.pop() if free else bytearray()
+                    pending.append(pool.submit(decompress, data, content, buffer, total))
+                    total += content
+                    while pending and (pending[0].done() or len(pending) > 2 * threads):
+                        yield landed(pending.popleft())
+                    continue
+                while pending:  # those before it land first: it follows them, in order
                     yield landed(pending.popleft())
+                part = _Part(source, size) if size > POOLED else data
+                streamed = 0
+                for chunk in _zstd_stream(part, limit - total):
+                    if fd is not None:
+                        _write_at(fd, chunk, total + streamed)
+                    else:
+                        yield chunk
+                    streamed += len(chunk)
+                total += streamed
+                if fd is not None:
+                    yield streamed
             while pending:
                 yield landed(pending.popleft())
         finally:

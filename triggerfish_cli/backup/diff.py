@@ -171,5 +171,7 @@ def archive_rows(
             yield manifest, rows
         return
     with path.open("rb") as handle, payload_stream(handle, manifest, identities, name) as reader:
-        chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
+        chunks = decompress_chunks(
+            reader, manifest.compression, manifest.frames, limit=manifest.content_bytes
+        )
         yield manifest, ((key, value) for key, value, _n, _s in iter_lines(chunks))

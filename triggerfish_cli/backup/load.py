@@ -258,7 +258,9 @@ def _archive_rows(
         archive.open("rb") as handle,
         payload_stream(handle, manifest, identities, archive.name) as reader,
     ):
-        chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
+        chunks = decompress_chunks(
+            reader, manifest.compression, manifest.frames, limit=manifest.content_bytes
+        )
         for key, value, _number, _size in iter_lines(chunks):
             yield key, value
 

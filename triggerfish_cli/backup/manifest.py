@@ -161,6 +161,8 @@ class Manifest:
         sha = need("payload_sha256", str)
         if not re.fullmatch(r"[0-9a-f]{64}", sha):
             raise InvalidDataError(f"{origin}: manifest field 'payload_sha256' is invalid")
+        if need("content_bytes", int) < 0:
+            raise InvalidDataError(f"{origin}: manifest field 'content_bytes' is invalid")
         optional_int = (int, type(None))
         frames = data.get("frames")
         if frames is not None and (

@@ -10,11 +10,12 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from triggerfish_cli import cells
-from triggerfish_cli.backup.archive import sealed_outer, trailer_bytes
+from triggerfish_cli.backup.archive import MAX_LINE, sealed_outer, trailer_bytes
 from triggerfish_cli.backup.counts import KeyCounter
 from triggerfish_cli.backup.crypt import Encryptor, Recipient, seal
 from triggerfish_cli.backup.manifest import Manifest, manifest_json
 from triggerfish_cli.backup.streams import HashingWriter
+from triggerfish_cli.errors import RefusedError
 
 
 def finish_payload(sink: HashingWriter, manifest: Manifest) -> None:
@@ -56,7 +57,6 @@ class Payload:
         return sealed + trailer_bytes(outer)
 
 
-
 def json_lines(
     rows: Iterable[tuple[str, str]],
     counter: KeyCounter,
@@ -76,6 +76,8 @@ def json_lines(
             if notes is not None:
                 notes.append(cells.note(key, value, "backed up"))
             line = encode({"key": cells.to_json(key), "value": cells.to_json(value)})
+        if len(line) > MAX_LINE:
+            raise too_long(key, len(line))
         buffer.append(line)
         size += len(line)
         if size >= 1 << 20:
@@ -87,3 +89,13 @@ def json_lines(
         yield ("\n".join(buffer) + "\n").encode("ascii")
         if on_progress is not None:
             on_progress(len(buffer))
+
+
+def too_long(key: str, length: int) -> RefusedError:
+    """A row whose line would pass archive.MAX_LINE: verify would refuse the backup."""
+    return RefusedError(
+        f"key {cells.name(key)}: its line in a logical backup would be {length} bytes, "
+        f"more than the {MAX_LINE} a backup may hold (verify would refuse it): "
+        "no backup made",
+        hint="a physical backup (without --logical) of a SQLite store has no such bound",
+    )

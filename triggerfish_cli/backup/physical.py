@@ -32,6 +32,7 @@ from triggerfish_cli.errors import (
     NotFoundError,
     TriggerfishError,
     VerificationError,
+    WriteError,
 )
 from triggerfish_cli.fileio import fsync_dir, pid_alive
 from triggerfish_cli.progress import Reporter
@@ -84,15 +85,18 @@ class Swapped:
 
 
 def scratch_path(target: Path) -> Path:
-    """The scratch file beside ``target``; those of dead processes (kill -9) are removed,
-    with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside them."""
+    """The scratch file beside ``target``, its name free: those of dead processes (kill -9)
+    are removed, with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside
+    them, and whatever holds this process's own name (a link planted there is removed,
+    never followed). It is then created anew (scratch.create_private: O_EXCL|O_NOFOLLOW)."""
     pattern = re.compile(
         rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp(?:-wal|-shm|-journal)?$"
     )
     with contextlib.suppress(OSError):
         for child in target.parent.iterdir():
             match = pattern.match(child.name)
-            if match and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))):
+            pid = int(match.group(1)) if match else 0
+            if match and (pid == os.getpid() or not pid_alive(pid)):
                 child.unlink(missing_ok=True)
     return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
 
@@ -173,6 +177,7 @@ def _swap_in(
     kept: Path | None = None
     if target.exists():
         files_of(backend).checkpoint(target, force)
+        _take_owner(new, target.stat())
         kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
         wal = Path(str(target) + "-wal")
         try:
@@ -186,17 +191,30 @@ def _swap_in(
             for leftover in (kept, Path(str(kept) + "-wal")):
                 leftover.unlink(missing_ok=True)
             raise
-        old = target.stat()
-        with contextlib.suppress(OSError):
-            os.chmod(new, old.st_mode & 0o7777)
-        if os.geteuid() == 0:  # run as root: the gateway's user must still own its store
-            with contextlib.suppress(OSError):
-                os.chown(new, old.st_uid, old.st_gid)
     for suffix in ("-wal", "-shm"):
         Path(str(target) + suffix).unlink(missing_ok=True)
     os.replace(new, target)
     fsync_dir(target.parent)
     return kept
+
+
+def _take_owner(new: Path, old: os.stat_result) -> None:
+    """Give ``new`` the mode (and, run as root, the owner) of the store it replaces;
+    through its own descriptor, never through a link put at its name meanwhile."""
+    try:
+        fd = os.open(new, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:  # gone, or a link put in its place: nothing is swapped in
+        raise WriteError(
+            f"{new}: cannot swap it in: {exc.strerror} (not the file we wrote)"
+        ) from None
+    try:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, old.st_mode & 0o7777)
+        if os.geteuid() == 0:  # run as root: the gateway's user must still own its store
+            with contextlib.suppress(OSError):
+                os.fchown(fd, old.st_uid, old.st_gid)
+    finally:
+        os.close(fd)
 
 
 def pre_restores(target: Path) -> list[Path]:

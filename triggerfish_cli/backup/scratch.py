@@ -12,13 +12,20 @@ took 0.48 s on /dev/shm against 2.4 s on ext4 with cold metadata caches, and
 The copy goes there only when the machine can afford it: the tmpfs has room
 for it and the memory the kernel reports available stays above twice its
 size (the gateway's working set comes first); otherwise it goes beside the
-backups as before. An operator's ``--scratch`` always wins.
+backups as before. An operator's ``--scratch`` always wins. The size is the
+manifest's claim, and a hard cap: decompression stops where the output would
+pass it (decompress.py), so a bomb whose manifest lies low fills no more of
+the tmpfs than it claimed. The copy is a new file, never one planted at its
+name (:func:`create_private`).
 """
 
 from __future__ import annotations
 
+import errno
 import os
 from pathlib import Path
+
+from triggerfish_cli.errors import WriteError, write_error
 
 #: The memory-backed directory a throw-away copy prefers (Linux's tmpfs at /dev/shm).
 MEMORY_DIR = Path("/dev/shm")
@@ -70,3 +77,18 @@ def mem_available() -> int | None:
     except (OSError, ValueError, IndexError):
         return None
     return None
+
+
+def create_private(path: Path) -> int:
+    """A new file at ``path`` for writing (0600), never one already there: not through a
+    symbolic link planted at its name (O_NOFOLLOW), not over a file (O_EXCL)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        return os.open(path, flags, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ELOOP):
+            raise WriteError(
+                f"{path}: cannot write: something is already there (a link?): "
+                "nothing was written through it"
+            ) from None
+        raise write_error(path, exc) from exc

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli import cells
-from triggerfish_cli.backup.archive import open_sealed, read_manifest
+from triggerfish_cli.backup.archive import MAX_LINE, open_sealed, read_manifest
 from triggerfish_cli.backup.big_buffers import reuse_big_buffers
 from triggerfish_cli.backup.counts import Counts, KeyCounter
 from triggerfish_cli.backup.crypt import AGE_MAGIC, Decryptor, Identities
@@ -30,7 +30,7 @@ from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
 from triggerfish_cli.backup.dest import Destination, temp_dir
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.partial import above
-from triggerfish_cli.backup.scratch import memory_dir
+from triggerfish_cli.backup.scratch import create_private, memory_dir
 from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.classification import parse_level
 from triggerfish_cli.errors import InvalidDataError, VerificationError
@@ -127,18 +127,21 @@ def verify_file(
                     size = _write_snapshot(reader, manifest, snapshot, durable, progress)
                     counts = None
                 else:
-                    chunks = decompress_chunks(reader, manifest.compression, manifest.frames)
+                    chunks = decompress_chunks(
+                        reader, manifest.compression, manifest.frames, limit=manifest.content_bytes
+                    )
                     size, counts = _read_lines(counted(chunks, progress), manifest, result)
             except VerificationError as exc:
                 damage = stream.damage()
                 if damage:
                     result.failures.append(damage)
                     return result
-                reader.drain()
-                if reader.sha.hexdigest() != manifest.payload_sha256:
-                    result.failures.append(_checksum_failure(manifest, reader))
-                else:
-                    result.failures.append(f"decompress: {exc.message}")
+                if not outer.sealed:  # (encrypted: damage() found its bytes intact, age shut)
+                    reader.drain()
+                    if reader.sha.hexdigest() != manifest.payload_sha256:
+                        result.failures.append(_checksum_failure(manifest, reader))
+                        return result
+                result.failures.append(f"decompress: {exc.message}")
                 return result
             try:
                 reader.drain()
@@ -292,9 +295,12 @@ def _write_snapshot(
     progress: Reporter,
 ) -> int:
     size = 0
-    fd = os.open(snapshot, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    fd = create_private(snapshot)
     try:
-        for count in decompress_into(reader, manifest.compression, manifest.frames, fd):
+        chunks = decompress_into(
+            reader, manifest.compression, manifest.frames, fd, limit=manifest.content_bytes
+        )
+        for count in chunks:
             progress.advance(count)
             size += count
         if durable:
@@ -337,19 +343,33 @@ def raise_line(number: int, what: str) -> None:
     raise VerificationError(f"line {number}: {what}")
 
 
-def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str, int, int]]:
-    """``(key, value, line number, bytes so far)`` of a logical payload."""
+def iter_lines(
+    chunks: Iterator[bytes | memoryview], max_line: int = MAX_LINE
+) -> Iterator[tuple[str, str, int, int]]:
+    """``(key, value, line number, bytes so far)`` of a logical payload; a line longer
+    than ``max_line`` bytes raises VerificationError as soon as it passes that (it is
+    never held whole)."""
     decode = json.JSONDecoder().decode
-    pending = b""
+    pending = bytearray()
     size = 0
     number = 0
     for chunk in chunks:
         size += len(chunk)
-        pending += chunk
-        lines = pending.split(b"\n")
-        pending = lines.pop()
+        data = bytes(chunk)
+        if b"\n" not in data:  # the line goes on
+            pending += data
+            if len(pending) > max_line:
+                raise_line(number + 1, f"longer than {max_line} bytes")
+            continue
+        lines = data.split(b"\n")
+        if pending:
+            pending += lines[0]
+            lines[0] = bytes(pending)
+        pending = bytearray(lines.pop())
         for raw in lines:
             number += 1
+            if len(raw) > max_line:
+                raise_line(number, f"longer than {max_line} bytes")
             try:
                 document = decode(raw.decode("utf-8"))
             except ValueError as exc:
@@ -368,6 +388,8 @@ def iter_lines(chunks: Iterator[bytes | memoryview]) -> Iterator[tuple[str, str,
                         f"line {number}: not a {{key, value}} pair of strings"
                     ) from None
             yield key, value, number, size
+        if len(pending) > max_line:
+            raise_line(number + 1, f"longer than {max_line} bytes")
     if pending:
         raise VerificationError(f"line {number + 1}: incomplete (no newline at the end)")
 
