@@ -196,16 +196,18 @@ def _swap_in(
     if target.exists():
         files_of(backend).checkpoint(target, force)
         kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
-        wal = Path(str(target) + "-wal")
+        wal, kept_wal = Path(str(target) + "-wal"), Path(str(kept) + "-wal")
         try:
             _keep(target, kept)
-            if _is_file(wal) and wal.stat().st_size > 0:  # --force with a live writer, or damage
-                _copy_new(wal, Path(str(kept) + "-wal"))
         except FileExistsError:
             raise _taken(kept) from None  # not ours: left as it is
-        except BaseException:
-            for leftover in (kept, Path(str(kept) + "-wal")):
-                leftover.unlink(missing_ok=True)
+        try:
+            if _is_file(wal) and wal.stat().st_size > 0:  # --force with a live writer, or damage
+                _copy_new(wal, kept_wal)
+        except BaseException as exc:
+            kept.unlink()
+            if isinstance(exc, FileExistsError):
+                raise _taken(kept_wal) from None
             raise
         old = target.stat()
         with contextlib.suppress(OSError):
@@ -234,9 +236,13 @@ def _copy_new(source: Path, target: Path) -> None:
     """A copy of ``source`` in a new file ``target`` (mode and times kept, synced): never
     over anything at ``target`` (FileExistsError), never through a link."""
     with open(source, "rb") as reader, open(target, "xb", opener=nofollow) as writer:
-        shutil.copyfileobj(reader, writer, 1 << 20)
-        writer.flush()
-        os.fsync(writer.fileno())
+        try:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+            writer.flush()
+            os.fsync(writer.fileno())
+        except BaseException:
+            target.unlink()  # ours: made just now
+            raise
     shutil.copystat(source, target)
 
 
