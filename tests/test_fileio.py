@@ -291,6 +291,8 @@ def test_a_kept_pre_restore_copy_never_goes_through_a_planted_name(
 def test_undo_never_copies_through_a_planted_scratch_or_puts_back_a_link(
     cli: CliFn, gateway_db: Path, tmp_path: Path
 ) -> None:
+    """The scratch name holds our pid: a link there (a guess, or a dead process's reused
+    pid) is removed, not copied through; a kept copy that is a link is never put back."""
     from triggerfish_cli.backup.physical import PRE_RESTORE, pre_restores, scratch_path
 
     made = cli("backup", "create", "--to", str(tmp_path / "b"), "-f", "json")
@@ -301,8 +303,26 @@ def test_undo_never_copies_through_a_planted_scratch_or_puts_back_a_link(
     victim = Victim(tmp_path, SECRET)
     newer = gateway_db.with_name(f"{gateway_db.name}{PRE_RESTORE}9999-12-31T23-59-59.999Z")
     newer.symlink_to(victim.path)  # sorts last: it would be put back first
-    scratch_path(gateway_db).symlink_to(victim.path)  # our pid's scratch name
+    scratch = scratch_path(gateway_db)
+    scratch.symlink_to(victim.path)  # our pid's scratch name, guessed
     assert pre_restores(gateway_db) == [kept]
     done = cli("backup", "restore", "--undo", "--yes")
     assert done.exit_code == 0, done.stderr
     assert victim.unchanged() and newer.is_symlink() and not kept.exists()
+    assert not scratch.exists() and not scratch.is_symlink()
+
+
+def test_a_restores_scratch_name_is_emptied_before_it_is_written(
+    cli: CliFn, gateway_db: Path, tmp_path: Path
+) -> None:
+    from triggerfish_cli.backup.physical import scratch_path
+
+    made = cli("backup", "create", "--to", str(tmp_path / "b"), "-f", "json")
+    assert made.exit_code == 0, made.stderr
+    archive = tmp_path / "b" / str(made.json()["name"])  # type: ignore[index]
+    victim = Victim(tmp_path)
+    scratch = scratch_path(gateway_db)
+    scratch.symlink_to(victim.path)
+    done = cli("backup", "restore", str(archive), "--yes")
+    assert done.exit_code == 0, done.stderr
+    assert victim.unchanged() and not scratch.is_symlink()

@@ -106,8 +106,9 @@ class Swapped:
 
 
 def scratch_path(target: Path) -> Path:
-    """The scratch file beside ``target``; those of dead processes (kill -9) are removed,
-    with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made beside them."""
+    """The scratch file beside ``target``, nothing at its name yet; those of dead processes
+    (kill -9) are removed, with the ``-wal``, ``-shm`` and ``-journal`` files SQLite made
+    beside them."""
     pattern = re.compile(
         rf"^\.{re.escape(target.name)}\.restore-(\d+)\.tmp(?:-wal|-shm|-journal)?$"
     )
@@ -116,7 +117,10 @@ def scratch_path(target: Path) -> Path:
             match = pattern.match(child.name)
             if match and int(match.group(1)) != os.getpid() and not pid_alive(int(match.group(1))):
                 child.unlink(missing_ok=True)
-    return target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
+    scratch = target.with_name(f".{target.name}.restore-{os.getpid()}.tmp")
+    # Our pid's name: what is there is a dead process's (the pid reused) or a plant.
+    scratch.unlink(missing_ok=True)
+    return scratch
 
 
 def restore_physical(
@@ -280,7 +284,6 @@ def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
         return Swapped(str(target), str(newest), None, [], dry_run=True)
     check_not_open(target, force, backend)
     scratch = scratch_path(target)
-    scratch.unlink(missing_ok=True)  # our pid's name: only a dead process's, or a plant
     try:
         _keep(newest, scratch)
     except FileExistsError:
