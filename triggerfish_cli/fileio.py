@@ -1,4 +1,17 @@
-"""Files written so that a crash never leaves a half-written one under the final name."""
+"""Files written so that a crash never leaves a half-written one under the final name,
+and never through a symbolic link someone else could have planted (issue 35).
+
+For every file the tool writes:
+
+- :func:`atomic_writer`: a whole file under its name (temp file, fsync, rename);
+  ``exclusive=True`` claims a new name and never replaces anything;
+- :func:`publish`: give a finished temp file a name nothing has (FileExistsError);
+- :func:`open_lock_file`: a lock file, refused (exit 4) when a link is at its name;
+- :func:`refuse_link`: the same refusal for a marker or a file about to be replaced;
+- :func:`nofollow`: an ``opener`` for ``open()`` of a temp file of ours (ELOOP on a link);
+- :func:`trusted_link`: whether a link cannot have been planted (root's or ours, in a
+  directory only root or we can write); only the link at the final name is judged.
+"""
 
 from __future__ import annotations
 
