@@ -11,9 +11,11 @@ run updates ``last_run`` and ``exit_code`` and keeps ``last_success``.
 The file is written whole to a temporary name in the same directory, synced
 and renamed over the old one (``fileio.atomic_writer``): the textfile
 collector (which reads ``*.prom`` only) never sees half a file, and a run
-killed at any moment leaves the old file as it was. Runs that finish at the
-same moment take turns (an flock on ``<file>.lock``). The text comes from the
-``prometheus_client`` library.
+killed at any moment leaves the old file as it was. A symbolic link someone
+else could have planted at the file's name is replaced, never written through
+(``fileio.atomic_writer``). Runs that finish at the same moment take turns (an
+flock on ``<file>.lock``; a job whose lock is a symbolic link is refused, exit 4,
+before it starts). The text comes from the ``prometheus_client`` library.
 
 ``metrics:`` in triggerfish.yaml::
 
@@ -33,7 +35,13 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, TriggerfishError
-from triggerfish_cli.fileio import atomic_writer, pid_alive
+from triggerfish_cli.fileio import (
+    atomic_writer,
+    follows,
+    open_lock_file,
+    pid_alive,
+    refuse_link,
+)
 
 PREFIX = "triggerfish_admin_"
 JOBS = (
@@ -130,7 +138,7 @@ def record(path: Path, run: JobRun, exit_code: int, ended: float | None = None) 
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _turn(path):
-            old = _read(path)
+            old = _read(path) if follows(path) is not None else []  # a planted link: unread
             mine = {"job": run.job, "store": run.store}
             samples = [sample for sample in old if _key(sample.labels) != (run.job, run.store)]
             previous_success = next(
@@ -243,10 +251,20 @@ def _render(
     return generate_latest(registry).decode("utf-8")
 
 
+def lock_path(path: Path) -> Path:
+    """The lock file beside the metrics file (``<file>.lock``)."""
+    return path.with_name(path.name + ".lock")
+
+
+def check_lock(path: Path) -> None:
+    """RefusedError (exit 4) when the metrics file's lock is a symbolic link: a job is
+    refused before it starts, not after its work is done."""
+    refuse_link(lock_path(path.expanduser()), "the metrics file's lock")
+
+
 @contextlib.contextmanager
 def _turn(path: Path) -> Iterator[None]:
-    lock = path.with_name(path.name + ".lock")
-    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    fd = open_lock_file(lock_path(path), 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -7,6 +7,10 @@ the compressor into the archive, hashed on the way, written under a temp
 name, fsynced and renamed (mode 0600). Counts per namespace and memories per
 level are read from the same snapshot, so they match it exactly.
 
+The archive's name (its creation time) is claimed when it is published, never
+replaced: of two runs that pick the same name, the later one takes the next
+serial (``dest.NewName``).
+
 Any backend (``logical``): every key and value as JSON Lines in key order
 (SQLite: one read transaction; Postgres: one REPEATABLE READ transaction:
 both a consistent snapshot; S3 is listed page after page), compressed the
@@ -26,7 +30,7 @@ from triggerfish_cli.backup.archive import archive_name
 from triggerfish_cli.backup.big_buffers import reuse_big_buffers
 from triggerfish_cli.backup.counts import Counts, KeyCounter, SnapshotSource
 from triggerfish_cli.backup.crypt import Recipient
-from triggerfish_cli.backup.dest import Destination, temp_dir
+from triggerfish_cli.backup.dest import Destination, NewName, temp_dir
 from triggerfish_cli.backup.direct_file import open_archive
 from triggerfish_cli.backup.manifest import COMPRESSIONS, Manifest
 from triggerfish_cli.backup.partial import Ceiling
@@ -35,6 +39,7 @@ from triggerfish_cli.backup.stores import hostname, location
 from triggerfish_cli.backup.streams import HashingWriter, ZstdFrames, compress_stream
 from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import TriggerfishError, UsageError
+from triggerfish_cli.fileio import nofollow
 from triggerfish_cli.progress import SILENT, Reporter, counted
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.backends import snapshot_source
@@ -128,11 +133,9 @@ def create_backup(
     created = now_iso()
     recipients = recipients or []
     sealed = bool(recipients)
-    name = archive_name(created, kind, compression, encrypted=sealed)
-    serial = 0
-    while dest.exists(name):
-        serial += 1
-        name = archive_name(created, kind, compression, serial, encrypted=sealed)
+    name = NewName(lambda n: archive_name(created, kind, compression, n, encrypted=sealed))
+    while dest.exists(name.name):  # names taken already; the claim itself is at publishing
+        name.serial += 1
     manifest = Manifest(
         kind=kind,
         created=created,
@@ -174,7 +177,7 @@ def create_backup(
 
                 sink = _physical(source, scratch / "snapshot.db", manifest, through(compress))
             finish_payload(sink, manifest)
-            with staged.open("ab") as tail:
+            with open(staged, "ab", opener=nofollow) as tail:
                 _trailer(tail, manifest, payload)
     else:
         counter = KeyCounter()
@@ -200,7 +203,7 @@ def create_backup(
             finish_payload(sink, manifest)
             _trailer(handle, manifest, payload)
     result = Created(
-        name,
+        name.name,
         dest.describe(),
         manifest,
         time.perf_counter() - started,

@@ -14,7 +14,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Protocol
@@ -22,7 +22,14 @@ from typing import IO, Any, Protocol
 from triggerfish_cli.backup.archive import is_archive_name, read_manifest
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, UsageError, write_error
-from triggerfish_cli.fileio import atomic_writer, fsync_dir, pid_alive
+from triggerfish_cli.fileio import (
+    atomic_writer,
+    fsync_dir,
+    nofollow,
+    pid_alive,
+    publish,
+    refuse_link,
+)
 
 MARKER_SUFFIX = ".verified"
 
@@ -83,9 +90,9 @@ class Destination(Protocol):
 
     def exists(self, name: str) -> bool: ...
 
-    def writer(self, name: str) -> contextlib.AbstractContextManager[IO[bytes]]: ...
+    def writer(self, name: NewName) -> contextlib.AbstractContextManager[IO[bytes]]: ...
 
-    def staging(self, name: str) -> contextlib.AbstractContextManager[Path]: ...
+    def staging(self, name: NewName) -> contextlib.AbstractContextManager[Path]: ...
 
     def local_copy(
         self, name: str, scratch: Path | None
@@ -98,6 +105,25 @@ class Destination(Protocol):
     def write_marker(self, name: str, marker: dict[str, Any]) -> None: ...
 
     def scratch_dir(self) -> Path | None: ...
+
+
+@dataclass
+class NewName:
+    """The name a new archive is published under: ``pick(serial)`` for the first
+    ``serial`` (from ``serial`` on) that nothing has when the archive is published.
+
+    A name is claimed atomically, never replaced: two runs that pick the same
+    name in the same millisecond both keep their archive, the later one under
+    the next serial (a hard link or an exclusive create here, a conditional put
+    in S3).
+    """
+
+    pick: Callable[[int], str]
+    serial: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.pick(self.serial)
 
 
 def parse_marker(text: str) -> dict[str, Any] | None:
@@ -159,19 +185,20 @@ class LocalDestination:
         return entry
 
     @contextlib.contextmanager
-    def writer(self, name: str) -> Iterator[IO[bytes]]:
-        remove_stale(self.directory)
-        with atomic_writer(self.path(name), mode=0o600, binary=True) as handle:
+    def writer(self, name: NewName) -> Iterator[IO[bytes]]:
+        with self.staging(name) as temp, open(temp, "r+b", opener=nofollow) as handle:
             yield handle
 
     @contextlib.contextmanager
-    def staging(self, name: str) -> Iterator[Path]:
-        """A private (0600) temp file beside the final name; fsynced and renamed on success."""
-        final = self.path(name)
+    def staging(self, name: NewName) -> Iterator[Path]:
+        """A private (0600) temp file beside the final name; fsynced and published on
+        success under ``name.name``, the first of its names free then (never replacing
+        anything there, a link included: :func:`fileio.publish`)."""
+        final = self.path(name.name)
         try:
             remove_stale(self.directory)
             fd, temp_name = tempfile.mkstemp(
-                prefix=f".{name}.{os.getpid()}.", suffix=".tmp", dir=self.directory
+                prefix=f".{name.name}.{os.getpid()}.", suffix=".tmp", dir=self.directory
             )
         except OSError as exc:
             raise write_error(final, exc) from exc
@@ -179,9 +206,15 @@ class LocalDestination:
         temp = Path(temp_name)
         try:
             yield temp
-            with temp.open("rb+") as handle:
+            with open(temp, "rb+", opener=nofollow) as handle:
                 os.fsync(handle.fileno())
-            os.replace(temp, final)
+            while True:
+                final = self.path(name.name)
+                try:
+                    publish(temp, final)
+                    break
+                except FileExistsError:
+                    name.serial += 1
         except BaseException as exc:
             temp.unlink(missing_ok=True)
             if isinstance(exc, OSError):
@@ -207,10 +240,11 @@ class LocalDestination:
                 victim.unlink()
 
     def write_marker(self, name: str, marker: dict[str, Any]) -> None:
-        with (
-            contextlib.suppress(TriggerfishError),
-            atomic_writer(self.path(name + MARKER_SUFFIX), mode=0o600) as handle,
-        ):
+        """Best effort (a read-only destination is verified all the same), but a marker
+        that is a symbolic link is refused (exit 4): never written through, nor replaced."""
+        path = self.path(name + MARKER_SUFFIX)
+        refuse_link(path, "a verification marker")
+        with contextlib.suppress(TriggerfishError), atomic_writer(path, mode=0o600) as handle:
             handle.write(json.dumps(marker) + "\n")
 
     def scratch_dir(self) -> Path | None:
@@ -260,4 +294,3 @@ def remove_stale(directory: Path) -> list[str]:
                 child.unlink()
             removed.append(child.name)
     return removed
-

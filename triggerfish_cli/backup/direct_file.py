@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from triggerfish_cli.errors import write_error
+from triggerfish_cli.fileio import nofollow
 from triggerfish_cli.threads import background
 
 #: Bytes gathered before each direct write (a multiple of any block size).
@@ -125,19 +126,20 @@ class DirectFile:
 
 @contextlib.contextmanager
 def open_archive(path: Path) -> Iterator[IO[bytes] | Any]:
-    """``path`` for writing from its start (created 0600 if need be): a :class:`DirectFile`
-    where the filesystem allows, else an ordinary buffered file that is synced as it is
-    written; closed (and, direct, fsynced) after."""
+    """``path`` for writing from its start (created 0600 if need be, never through a
+    symbolic link): a :class:`DirectFile` where the filesystem allows, else an ordinary
+    buffered file that is synced as it is written; closed (and, direct, fsynced) after."""
     direct = getattr(os, "O_DIRECT", 0)
     fd = -1
     if direct:
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | direct, 0o600)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | direct
+            fd = os.open(path, flags, 0o600)
         except OSError as exc:
             if exc.errno not in (errno.EINVAL, errno.EOPNOTSUPP):
                 raise
     if fd < 0:
-        with path.open("wb") as handle, _syncing(path):
+        with open(path, "wb", opener=nofollow) as handle, _syncing(path):
             yield handle
         return
     out = DirectFile(fd)

@@ -9,6 +9,11 @@ over the store in one ``os.replace``. Until that rename the store is
 untouched; a failure or kill -9 at any earlier point leaves it byte for byte
 as it was. ``undo`` puts the newest pre-restore file back the same way.
 
+A store reached through a symbolic link is swapped where the link leads only
+when the link cannot have been planted by someone else (:func:`store_file`);
+kept copies and scratch files are made new (a hard link or an exclusive
+create), never written over anything, never through a link.
+
 Refused (exit 6) while another process has the store open (found through
 ``/proc/*/fd`` and a probe of SQLite's shared-memory lock), unless forced.
 """
@@ -30,11 +35,12 @@ from triggerfish_cli.backup.verify import verify_file
 from triggerfish_cli.errors import (
     BusyError,
     NotFoundError,
+    RefusedError,
     TriggerfishError,
     VerificationError,
     WriteError,
 )
-from triggerfish_cli.fileio import fsync_dir, pid_alive
+from triggerfish_cli.fileio import fsync_dir, nofollow, pid_alive, trusted_link
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.backends import file_backend, files_of
@@ -44,6 +50,22 @@ PRE_RESTORE = ".pre-restore-"
 
 def stamp() -> str:
     return now_iso().replace(":", "-")
+
+
+def store_file(path: Path) -> Path:
+    """The file a restore of ``path`` replaces: ``path``, or where a symbolic link there
+    leads when the link cannot have been planted by someone else (owned by root or us,
+    in a directory only root or we can write: ``fileio.trusted_link``). Any other link
+    is refused (exit 4): the file it names is never replaced, and neither is the link
+    (the gateway may have the file it names open)."""
+    path = path.expanduser()
+    if os.path.islink(path) and not trusted_link(path):
+        raise RefusedError(
+            f"{path}: is a symbolic link someone else could have planted (its owner or its "
+            "directory's is not root or us, or others may write there): nothing restored",
+            hint="name the store file itself (--to), or remove the link",
+        )
+    return Path(os.path.realpath(path))
 
 
 # -- who has the store open ---------------------------------------------------------
@@ -120,7 +142,7 @@ def restore_physical(
     backup's own id is dropped and a fresh one is recorded (a copy elsewhere is
     another store).
     """
-    target = Path(os.path.realpath(target))  # swap the file itself, not a symlink to it
+    target = store_file(target)  # swap the file itself, not a symlink to it
     files = files_of(backend)
     check_not_open(target, force, backend)
     target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -179,17 +201,18 @@ def _swap_in(
         files_of(backend).checkpoint(target, force)
         _take_owner(new, target.stat())
         kept = target.with_name(f"{target.name}{keep_as}{stamp()}")
-        wal = Path(str(target) + "-wal")
+        wal, kept_wal = Path(str(target) + "-wal"), Path(str(kept) + "-wal")
         try:
-            try:
-                os.link(target, kept)
-            except OSError:
-                shutil.copy2(target, kept)
-            if wal.exists() and wal.stat().st_size > 0:  # --force with a live writer, or damage
-                shutil.copy2(wal, str(kept) + "-wal")
-        except BaseException:
-            for leftover in (kept, Path(str(kept) + "-wal")):
-                leftover.unlink(missing_ok=True)
+            _keep(target, kept)
+        except FileExistsError:
+            raise _taken(kept) from None  # not ours: left as it is
+        try:
+            if _is_file(wal) and wal.stat().st_size > 0:  # --force with a live writer, or damage
+                _copy_new(wal, kept_wal)
+        except BaseException as exc:
+            kept.unlink()
+            if isinstance(exc, FileExistsError):
+                raise _taken(kept_wal) from None
             raise
     for suffix in ("-wal", "-shm"):
         Path(str(target) + suffix).unlink(missing_ok=True)
@@ -217,18 +240,56 @@ def _take_owner(new: Path, old: os.stat_result) -> None:
         os.close(fd)
 
 
+def _keep(source: Path, kept: Path) -> None:
+    """``kept``: a new name for ``source`` (a hard link: no copy), else a new copy of it."""
+    try:
+        os.link(source, kept)
+    except FileExistsError:
+        raise
+    except OSError:
+        _copy_new(source, kept)
+
+
+def _copy_new(source: Path, target: Path) -> None:
+    """A copy of ``source`` in a new file ``target`` (mode and times kept, synced): never
+    over anything at ``target`` (FileExistsError), never through a link."""
+    with open(source, "rb") as reader, open(target, "xb", opener=nofollow) as writer:
+        try:
+            shutil.copyfileobj(reader, writer, 1 << 20)
+            writer.flush()
+            os.fsync(writer.fileno())
+        except BaseException:
+            target.unlink()  # ours: made just now
+            raise
+    shutil.copystat(source, target)
+
+
+def _is_file(path: Path) -> bool:
+    """A regular file, not a symbolic link to one (never read through a planted link)."""
+    return path.is_file() and not path.is_symlink()
+
+
+def _taken(path: Path) -> RefusedError:
+    return RefusedError(
+        f"{path}: already exists (a file or link not made by this restore): never written "
+        "over; nothing restored",
+        hint="move it away and run it again",
+    )
+
+
 def pre_restores(target: Path) -> list[Path]:
+    """The kept copies of ``target`` (files, never links: one was not made by us)."""
     return sorted(
         path
         for path in target.parent.glob(f"{target.name}{PRE_RESTORE}*")
-        if not path.name.endswith(("-wal", "-shm"))
+        if not path.name.endswith(("-wal", "-shm")) and _is_file(path)
     )
 
 
 def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
     """Put the newest ``<db>.pre-restore-<time>`` back; keep the current one as ``.undone-``."""
     backend = file_backend()  # the store is known by its file alone
-    target = Path(os.path.realpath(target))
+    target = store_file(target)
     found = pre_restores(target)
     if not found:
         raise NotFoundError(f"{target}: no {target.name}{PRE_RESTORE}* file to put back")
@@ -238,12 +299,12 @@ def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
     check_not_open(target, force, backend)
     scratch = scratch_path(target)
     try:
-        os.link(newest, scratch)
-    except OSError:
-        shutil.copy2(newest, scratch)
+        _keep(newest, scratch)
+    except FileExistsError:
+        raise _taken(scratch) from None
     kept = _swap_in(scratch, target, backend, force=force, keep_as=".undone-")
     wal = Path(str(newest) + "-wal")
-    if wal.exists():
+    if _is_file(wal):
         os.replace(wal, str(target) + "-wal")
     newest.unlink()
     details = {"kept": str(kept) if kept else None}

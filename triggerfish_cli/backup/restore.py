@@ -14,7 +14,6 @@ for ``--undo``. :func:`restore_target` finds the local file either replaces.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +35,7 @@ from triggerfish_cli.backup.physical import (
     check_not_open,
     pre_restores,
     restore_physical,
+    store_file,
     undo,
 )
 from triggerfish_cli.backup.settings import backup_settings, configured_recipients
@@ -74,7 +74,8 @@ class RestoreOptions:
 
 
 def restore_target(to: str | None, configured: Callable[[], StorageConfig]) -> Path | None:
-    """The local file a restore replaces (symlinks resolved): ``--to``'s, else the one the
+    """The local file a restore replaces (a symbolic link someone else could have planted
+    refused, exit 4; others resolved: physical.store_file): ``--to``'s, else the one the
     store of the command (``configured()``) lives in; None when that store is not a local
     file (a restore loads into it key by key).
 
@@ -94,7 +95,7 @@ def restore_target(to: str | None, configured: Callable[[], StorageConfig]) -> P
                 hint="restore into a Postgres or S3 store through the store of the command "
                 "(--config, or --backend and its settings)",
             )
-    return Path(os.path.realpath(path.expanduser()))
+    return store_file(path)
 
 
 def target_store(target: Path) -> StoreRef:

@@ -14,7 +14,7 @@ from typing import Annotated, Any
 import typer
 
 from triggerfish_cli.cli.context import AppState, state
-from triggerfish_cli.metrics import JobRun, metrics_path, record
+from triggerfish_cli.metrics import JobRun, check_lock, metrics_path, record
 
 MetricsOpt = Annotated[
     Path | None,
@@ -38,6 +38,7 @@ def begin(ctx: typer.Context, job: str, option: Path | None) -> JobRun | None:
     path = option if option is not None else _setting(st)
     if path is None:
         return None
+    check_lock(path)
     run = JobRun(job)
     started = time.monotonic()
     # Registered after the store's own closing, so it runs first (last in, first out):

@@ -132,10 +132,11 @@ def write_backup_copy(config: ConfigFile) -> Path:
     directory = default_backups_dir(config.path)
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     moment = utc_now()
-    target = directory / backup_name(config.path.name, to_iso(moment))
-    while target.exists():  # never replace a copy made in the same millisecond
-        moment += timedelta(milliseconds=1)
+    while True:  # never replace a copy made in the same millisecond, nor anything else
         target = directory / backup_name(config.path.name, to_iso(moment))
-    with atomic_writer(target, mode=0o600, binary=True) as handle:
-        handle.write(config.text.encode("utf-8"))
-    return target
+        try:
+            with atomic_writer(target, mode=0o600, binary=True, exclusive=True) as handle:
+                handle.write(config.text.encode("utf-8"))
+            return target
+        except FileExistsError:
+            moment += timedelta(milliseconds=1)

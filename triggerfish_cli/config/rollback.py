@@ -391,10 +391,13 @@ PENDING_KEY = "tfadmin:config-rollback"
 
 
 def _write_file(path: Path, text: str, mode: int) -> None:
-    """The new text, atomically (the kill tests stop the rollback just before this)."""
-    # A symlinked config (kept in git elsewhere) stays a link: write its target.
-    destination = path.resolve() if path.is_symlink() else path
-    with atomic_writer(destination, mode=mode, binary=True) as handle:
+    """The new text, atomically (the kill tests stop the rollback just before this).
+
+    A symlinked config (kept in git elsewhere) stays a link and its target is
+    written, when the link cannot have been planted by someone else; a link that
+    could have been is replaced, the file it names untouched (fileio.atomic_writer).
+    """
+    with atomic_writer(path, mode=mode, binary=True) as handle:
         handle.write(text.encode("utf-8"))
 
 

@@ -5,7 +5,8 @@ lock. The operating system releases it when the holder closes the file or
 dies, even by ``kill -9``, so a crashed sweep never leaves a stale lock
 behind and there is nothing to clean up. The file itself stays (unlinking
 it would let two processes lock two different files of the same name); it
-holds, for messages only, who holds the lock: pid, host, time.
+holds, for messages only, who holds the lock: pid, host, time. It is never
+opened through a symbolic link: one at its name is refused (exit 4).
 
 SQLite keeps its lock file beside the database (``<db>-tfadmin-<name>.lock``).
 Backends without a lock of their own fall back to a host-local file under
@@ -25,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from triggerfish_cli.errors import BackendUnavailableError, BusyError
+from triggerfish_cli.fileio import open_lock_file
 from triggerfish_cli.paths import base_dir
 from triggerfish_cli.serialization import now_iso
 
@@ -61,7 +63,7 @@ def file_lock(path: Path, wait: float = 0.0, *, what: str = "lock") -> Iterator[
         raise BackendUnavailableError(f"{what}: file locks need a Unix system (fcntl)") from None
     try:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = open_lock_file(path)  # a link at its name: refused (exit 4)
     except OSError as exc:
         raise BackendUnavailableError(
             f"{path}: cannot create the {what} lock file: {exc.strerror}"

@@ -18,12 +18,12 @@ import base64
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
 from triggerfish_cli.backup.archive import is_archive_name, read_manifest_tail
-from triggerfish_cli.backup.dest import MARKER_SUFFIX, Entry, parse_marker, temp_dir
+from triggerfish_cli.backup.dest import MARKER_SUFFIX, Entry, NewName, parse_marker, temp_dir
 from triggerfish_cli.backup.streams import read_chunks
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, VerificationError
 from triggerfish_cli.storage.remote_settings import check_endpoint, parse_s3_url
@@ -165,37 +165,37 @@ class S3Destination:
         return entry
 
     @contextlib.contextmanager
-    def writer(self, name: str) -> Iterator[IO[bytes]]:
+    def writer(self, name: NewName) -> Iterator[IO[bytes]]:
         """A local scratch file, uploaded and checked when the block ends without error."""
         with temp_dir(None, "upload") as work:
-            path = work / name
+            path = work / name.name
             with path.open("wb") as handle:
                 yield handle
             self.upload(path, name)
 
     @contextlib.contextmanager
-    def staging(self, name: str) -> Iterator[Path]:
+    def staging(self, name: NewName) -> Iterator[Path]:
         """A local scratch path, uploaded and checked when the block ends without error."""
         with temp_dir(None, "upload") as work:
-            path = work / name
+            path = work / name.name
             yield path
             self.upload(path, name)
 
-    def upload(self, path: Path, name: str) -> None:
-        # lazy: boto3 (~300 ms) is banned at module level (TID253)
-        from boto3.s3.transfer import TransferConfig
-
+    def upload(self, path: Path, claim: NewName) -> None:
+        """Upload ``path`` under ``claim.name``, the first of its names no object has: the
+        put is conditional (``If-None-Match: *``), so an archive another run stored under
+        the same name meanwhile is never replaced (the next serial is taken). A server
+        that does not implement conditional writes (501) is written without one."""
         digest, expected = _digests(path, MULTIPART)
-        config = TransferConfig(multipart_threshold=MULTIPART, multipart_chunksize=MULTIPART)
-        extra = {
-            "Metadata": {"sha256": digest},
-            "ChecksumAlgorithm": "SHA256",
-            **self.store.put_extra,
-        }
-        with self._errors("upload"):
-            self.client.upload_file(
-                str(path), self.bucket, self._key(name), ExtraArgs=extra, Config=config
-            )
+        conditional = True
+        while True:
+            try:
+                if self._put(path, claim.name, digest, conditional):
+                    break
+                claim.serial += 1
+            except _NoConditionalWrites:
+                conditional = False
+        name = claim.name
         head = self._head(name, checksums=True)
         size = path.stat().st_size
         stored = str((head or {}).get("ChecksumSHA256") or "").split("-")[0]
@@ -211,6 +211,38 @@ class S3Destination:
                 f"{self.describe()}{name}: the uploaded object does not match the archive "
                 f"(size or sha256): removed"
             )
+
+    def _put(self, path: Path, name: str, digest: str, conditional: bool) -> bool:
+        """Upload ``path`` as ``name``; False when ``conditional`` and an object has it."""
+        # lazy: boto3 (~300 ms) is banned at module level (TID253)
+        from boto3.exceptions import S3UploadFailedError
+        from boto3.s3.transfer import TransferConfig
+
+        config = TransferConfig(multipart_threshold=MULTIPART, multipart_chunksize=MULTIPART)
+        extra = {
+            "Metadata": {"sha256": digest},
+            "ChecksumAlgorithm": "SHA256",
+            **self.store.put_extra,
+        }
+        key = self._key(name)
+        # upload_file takes no IfNoneMatch: it is added to the calls that create the object
+        events = self.client.meta.events
+        for call in _CREATING_CALLS if conditional else ():
+            events.register(call, _if_none_match(key), unique_id=f"{call}:{key}")
+        try:
+            with self._errors("upload"):
+                self.client.upload_file(str(path), self.bucket, key, ExtraArgs=extra, Config=config)
+        except S3UploadFailedError as exc:
+            code = _error_code(exc)
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                return False
+            if conditional and code in ("NotImplemented", "501"):
+                raise _NoConditionalWrites from exc
+            raise
+        finally:
+            for call in _CREATING_CALLS if conditional else ():
+                events.unregister(call, unique_id=f"{call}:{key}")
+        return True
 
     @contextlib.contextmanager
     def local_copy(self, name: str, scratch: Path | None) -> Iterator[Path]:
@@ -246,6 +278,32 @@ class S3Destination:
 
     def scratch_dir(self) -> Path | None:
         return None
+
+
+#: The calls that create an object (one part or several), made conditional.
+_CREATING_CALLS = (
+    "before-parameter-build.s3.PutObject",
+    "before-parameter-build.s3.CompleteMultipartUpload",
+)
+
+
+class _NoConditionalWrites(Exception):
+    """The server answered a conditional put with 501 Not Implemented."""
+
+
+def _if_none_match(key: str) -> Callable[..., None]:
+    def add(params: dict[str, Any], **_: Any) -> None:
+        if params.get("Key") == key:
+            params["IfNoneMatch"] = "*"
+
+    return add
+
+
+def _error_code(exc: BaseException) -> str:
+    """The S3 error code of the ClientError behind boto3's S3UploadFailedError."""
+    cause = exc.__cause__ or exc.__context__
+    response = getattr(cause, "response", None) or {}
+    return str(response.get("Error", {}).get("Code", ""))
 
 
 def _sha256(path: Path) -> str:

@@ -14,8 +14,10 @@ from triggerfish_cli.errors import (
     BackendUnavailableError,
     InvalidDataError,
     MissingStoreError,
+    RefusedError,
     write_error,
 )
+from triggerfish_cli.fileio import trusted_link
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite.sql import (
     CACHE_SIZE_KIB,
@@ -56,6 +58,12 @@ def open_file(
     except OSError as exc:
         raise BackendUnavailableError(f"{path}: cannot read: {exc.strerror}") from exc
     timeout = busy_timeout_ms / 1000
+    if create and not read_only and not size and os.path.islink(path) and not trusted_link(path):
+        raise RefusedError(
+            f"{path}: is a symbolic link someone else could have planted: a new store is "
+            "never made through it",
+            hint="name the file itself, or remove the link",
+        )
     if size is None:
         if not create or read_only:
             raise MissingStoreError(f"no Triggerfish store at {path}", hint=_MISSING_HINT)

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from triggerfish_cli import threads
 from triggerfish_cli.errors import BusyError
+from triggerfish_cli.fileio import open_lock_file
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
     GONE,
@@ -234,7 +235,7 @@ class Freezer:
         if self._lock_fd is None:
             path = os.path.realpath(self.db) + "-tfadmin-gate.lock"
             try:
-                self._lock_fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+                self._lock_fd = open_lock_file(Path(path))  # a link: refused (exit 4)
             except OSError:
                 return True  # a read-only directory: no other process of ours can write either
         try:
