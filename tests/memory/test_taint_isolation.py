@@ -280,3 +280,96 @@ def test_the_reported_case_a_public_score_no_longer_moves(tmp_path: Path) -> Non
             hits = memory.search(provider, "deploy", taint=Level.PUBLIC, agent=None).hits
             scores.append(hits[0].score)
     assert len(set(scores)) == 1 and scores[0] > 0
+
+
+# -- the commands that name or count memory keys beside the memory commands ----------
+
+#: Always hidden below RESTRICTED: keys whose level cannot be read (soft-deleted and due).
+ODD_KEYS = {
+    "memory:main-session:SECRET:odd": memory_record(
+        "odd", "SECRET", "deploy", expired=True, updated="2026-01-01T00:00:00.000Z"
+    ),
+    "memory:main-session:restricted:odd": "{broken",
+}
+#: What both stores hold besides memories.
+OTHER_ROWS = {
+    "sessions:0b1c2d3e-4f50-4617-8829-3a4b5c6d7e8f": '{"createdAt":"2026-01-02T03:04:05.000Z"}',
+    "prefs:owner:bumpers_default": "true",
+}
+AS_OF = "2026-06-01T00:00:00Z"
+
+
+def _sweep_document(text: str) -> dict[str, Any]:
+    """A sweep's JSON summary less what differs between any two runs (store, clock)."""
+    import json
+
+    document = json.loads(text)
+    for name in ("store", "started_at", "finished_at", "seconds", "audit_key", "gate"):
+        document.pop(name)
+    return document  # type: ignore[no-any-return]
+
+
+def observe_commands(cli: Any, db: Path, config: Path, taint: Level) -> dict[str, Any]:
+    """What `kv namespaces`, `retention plan` (--list) and `retention sweep` say at ``taint``
+    (stdout, stderr, exit code; the sweep's summary less its clock); the sweep runs last."""
+    store = ("--db", str(db), "--config", str(config))
+    by_flag = ("--taint", taint.name)
+    by_env = {"TRIGGERFISH_TAINT": taint.name}
+    runs: dict[str, tuple[str, ...]] = {
+        "namespaces": ("kv", "namespaces", *by_flag),
+        "namespaces ages": ("kv", "namespaces", "--ages", "-f", "json"),
+        "plan": ("retention", "plan", "--as-of", AS_OF),
+        "plan json": ("retention", "plan", "--as-of", AS_OF, "-f", "json", *by_flag),
+        "plan list": ("retention", "plan", "--list", "--as-of", AS_OF),
+        "plan list json": ("retention", "plan", "--list", "--as-of", AS_OF, "-f", "jsonl"),
+        "plan memory": ("retention", "plan", "-l", "-N", "memory", "--as-of", AS_OF, *by_flag),
+        "exit code": ("retention", "plan", "--exit-code", "-q", "-N", "memory", "--as-of", AS_OF),
+        "dry run": ("retention", "sweep", "--dry-run", "--as-of", AS_OF),
+        "no --yes": ("retention", "sweep", "-N", "memory", "--as-of", AS_OF),
+    }
+    seen: dict[str, Any] = {}
+    for name, args in runs.items():
+        env = None if by_flag[0] in args else by_env
+        run = cli(*store, *args, env=env)
+        seen[name] = (run.exit_code, run.stdout, run.stderr)
+    sweep = cli(*store, "retention", "sweep", "--yes", "--as-of", AS_OF, "-f", "json", env=by_env)
+    seen["sweep"] = (sweep.exit_code, _sweep_document(sweep.stdout), sweep.stderr)
+    table = cli(*store, "retention", "sweep", "--yes", "--as-of", AS_OF, *by_flag)
+    seen["sweep again"] = (table.exit_code, table.stdout.split("swept ")[0], table.stderr)
+    return seen
+
+
+def _due_memories(cli: Any, db: Path, config: Path) -> list[str]:
+    """The memory keys a sweep as of AS_OF deletes, at every level."""
+    import json
+
+    run = cli("--db", str(db), "--config", str(config), "retention", "plan", "-l", "-N",
+              "memory", "--as-of", AS_OF, "--taint", "RESTRICTED", "-f", "json")  # fmt: skip
+    assert run.exit_code == 0, run.stderr
+    return [row["key"] for row in json.loads(run.stdout) if row["action"] == "delete"]
+
+
+@settings(SETTINGS, max_examples=12)
+@given(case=stores())
+def test_namespace_counts_retention_plans_and_sweeps_ignore_memories_above_the_taint(
+    cli: Any, case: tuple[Level, dict[str, str], dict[str, str]]
+) -> None:
+    """Issue 35: `retention plan --list` named (and sized) memory keys above a set taint,
+    and `kv namespaces` counted them. At each taint, nothing above it is named, counted
+    or sized: the outputs are those of the same store without them. The sweep still
+    deletes what the policies say at every level: retention is not a read."""
+    taint, low, high = case
+    with tempfile.TemporaryDirectory() as tmp:
+        config = Path(tmp) / "triggerfish.yaml"
+        config.write_text("retention:\n  memory: 30d\n")
+        a = write_gateway_store(Path(tmp) / "a.db", {**OTHER_ROWS, **low})
+        full = {**OTHER_ROWS, **high, **ODD_KEYS, **low}
+        b = write_gateway_store(Path(tmp) / "b.db", full)
+        due = _due_memories(cli, write_gateway_store(Path(tmp) / "c.db", full), config)
+        assert "memory:main-session:SECRET:odd" in due
+        assert observe_commands(cli, b, config, taint) == observe_commands(cli, a, config, taint)
+        with SqliteStorage(b) as store:
+            assert not store.get_many(due)  # hidden or not, every due memory is gone
+            for key, value in store.scan("audit:"):
+                if key.endswith(":admin_kv_raw_read"):  # what --list named above PUBLIC
+                    assert not any(hidden in value for hidden in (*high, *ODD_KEYS)), value

@@ -200,6 +200,8 @@ def create_backup(
                 done = compress_stream(chunks, sink, compression, **options)
             manifest.content_bytes, manifest.frames = done.read, done.frames
             _set_counts(manifest, counter.counts())
+            if max_taint is not None:
+                manifest.left_out = dict(ceiling.left_out)
             finish_payload(sink, manifest)
             _trailer(handle, manifest, payload)
     result = Created(
@@ -284,5 +286,3 @@ def _physical(
     manifest.page_size, manifest.page_count = snapshot.page_size, snapshot.page_count
     _set_counts(manifest, snapshot.counts)
     return sink
-
-

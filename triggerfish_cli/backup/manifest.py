@@ -52,6 +52,9 @@ class Manifest:
     #: A partial backup (``--max-taint``): rows classified above this level were left
     #: out (backup/partial.py); None: every row is in it.
     max_taint: str | None = None
+    #: A partial backup: the rows left out, per namespace (None: not recorded, older
+    #: archives); their level was above ``max_taint`` or could not be established.
+    left_out: dict[str, int] | None = None
     tool_version: str = __version__
     format_version: int = FORMAT_VERSION
     #: Encrypted archives: the recipients' fingerprints (backup_crypt.fingerprint).
@@ -122,7 +125,14 @@ class Manifest:
             **({"frames": self.frames} if self.frames is not None else {}),
             **extra,
             **({"partial": True, "max_taint": self.max_taint} if self.max_taint else {}),
+            **self._left_out(),
         }
+
+    def _left_out(self) -> dict[str, Any]:
+        if self.left_out is None:
+            return {}
+        found = dict(sorted(self.left_out.items()))
+        return {"left_out": sum(found.values()), "left_out_by_namespace": found}
 
     @property
     def partial(self) -> bool:
@@ -192,6 +202,7 @@ class Manifest:
             store_id=_optional_text(data, "store_id", origin),
             host=_optional_text(data, "host", origin),
             max_taint=_max_taint(data, origin),
+            left_out=_left_out(data, origin),
             tool_version=str(data.get("tool_version", "")),
             format_version=version,
         )
@@ -255,6 +266,21 @@ def _max_taint(data: dict[str, Any], origin: str) -> str | None:
     if (value is not None and value not in levels) or bool(data.get("partial")) != bool(value):
         raise InvalidDataError(f"{origin}: manifest fields 'partial'/'max_taint' are invalid")
     return value
+
+
+def _left_out(data: dict[str, Any], origin: str) -> dict[str, int] | None:
+    """A partial backup's counts of rows left out (absent in older ones)."""
+    found = data.get("left_out_by_namespace")
+    if found is None and "left_out" not in data:
+        return None
+    if (
+        not data.get("partial")
+        or not isinstance(found, dict)
+        or not all(isinstance(k, str) and type(v) is int and v > 0 for k, v in found.items())
+        or data.get("left_out") != sum(found.values())
+    ):
+        raise InvalidDataError(f"{origin}: manifest field 'left_out' is invalid")
+    return found
 
 
 def _optional_text(data: dict[str, Any], name: str, origin: str) -> str | None:

@@ -29,7 +29,7 @@ from triggerfish_cli.backup.crypt import AGE_MAGIC, Decryptor, Identities
 from triggerfish_cli.backup.decompress import decompress_chunks, decompress_into
 from triggerfish_cli.backup.dest import Destination, temp_dir
 from triggerfish_cli.backup.manifest import Manifest
-from triggerfish_cli.backup.partial import above
+from triggerfish_cli.backup.partial import left_out
 from triggerfish_cli.backup.scratch import create_private, memory_dir
 from triggerfish_cli.backup.streams import LimitedHashingReader
 from triggerfish_cli.classification import parse_level
@@ -313,7 +313,8 @@ def _write_snapshot(
 def _read_lines(
     chunks: Iterator[bytes | memoryview], manifest: Manifest, result: Verified
 ) -> tuple[int, Counts]:
-    """Size and counts of a logical payload; a partial one holds nothing above its level."""
+    """Size and counts of a logical payload; a partial one holds only rows whose level is
+    established and at or below its own (backup/partial.py)."""
     counter = KeyCounter()
     size = 0
     previous: str | None = None
@@ -326,13 +327,13 @@ def _read_lines(
         previous = key
         counter.add(key)
         size = size_so_far
-        if ceiling is not None and above(key, value, ceiling):
+        if ceiling is not None and left_out(key, value, ceiling):
             above_it += 1
     if ceiling is not None:
         if above_it:
             result.failures.append(
-                f"partial: {above_it} row(s) classified above {ceiling.name}, "
-                "which this partial backup must not hold"
+                f"partial: {above_it} row(s) classified above {ceiling.name} or of a level "
+                "that cannot be established, which this partial backup must not hold"
             )
         else:
             result.checks.append(f"partial: nothing above {ceiling.name} (--max-taint)")

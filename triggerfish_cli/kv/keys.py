@@ -50,7 +50,11 @@ class NamespaceRow:
 
 
 def namespace_report(
-    provider: StorageProvider, *, ages: bool = False, now: datetime | None = None
+    provider: StorageProvider,
+    *,
+    ages: bool = False,
+    now: datetime | None = None,
+    taint: Level | None = None,
 ) -> list[NamespaceRow]:
     """Every namespace present, with key count and value bytes, sorted by prefix.
 
@@ -61,8 +65,15 @@ def namespace_report(
     unknown age, and the pending ones: a time that is a deadline still ahead
     of ``now`` (default: the clock) is not an age, and is left out of
     oldest and newest.
+
+    ``taint`` (the raw view's, when set): memory rows above it are neither
+    counted, sized nor aged (:func:`_visible_memories`); unset, every row is
+    counted (counts name nothing: no audit record, as ``backup diff``).
     """
     known = provider.prefix_stats(namespaces.PREFIXES)
+    hiding = _hiding(taint)
+    if hiding is not None and known.get(MEMORY_PREFIX, PrefixStats()).count:
+        known[MEMORY_PREFIX] = _visible_memories(provider, hiding)
     rows: list[NamespaceRow] = []
     for prefix, stats in known.items():
         if stats.count:
@@ -76,8 +87,23 @@ def namespace_report(
     if ages:
         moment = now or utc_now()
         for row in rows:
-            _fill_ages(provider, row, moment)
+            _fill_ages(provider, row, moment, taint)
     return rows
+
+
+def _hiding(taint: Level | None) -> Level | None:
+    """``taint`` when it hides some memory rows (RESTRICTED sees them all), else None."""
+    return taint if taint is not None and taint < Level.RESTRICTED else None
+
+
+def _visible_memories(provider: StorageProvider, taint: Level) -> PrefixStats:
+    """Count and size of the memory rows a reader at ``taint`` may name (reads them)."""
+    count = size = 0
+    for key, value in provider.scan(MEMORY_PREFIX, batch_size=5000):
+        if may_name(key, taint):
+            count += 1
+            size += value_size(value)
+    return PrefixStats(count, size)
 
 
 #: Groups of their own: keys without ':', and NULL and BLOB keys (cells.py).
@@ -88,7 +114,9 @@ _GROUP_LABELS = {
 }
 
 
-def _fill_ages(provider: StorageProvider, row: NamespaceRow, now: datetime) -> None:
+def _fill_ages(
+    provider: StorageProvider, row: NamespaceRow, now: datetime, taint: Level | None
+) -> None:
     ns = namespaces.get(row.namespace) if row.known else None
     row.pending = 0
     if ns is None or not ns.has_age:
@@ -97,7 +125,10 @@ def _fill_ages(provider: StorageProvider, row: NamespaceRow, now: datetime) -> N
     loads = fast_loads()
     oldest = newest = None
     unknown = pending = 0
+    hiding = _hiding(taint) if ns.prefix == MEMORY_PREFIX else None
     for key, value in provider.scan(ns.prefix, batch_size=5000):
+        if hiding is not None and not may_name(key, hiding):
+            continue
         moment = namespaces.record_time(ns, key, value, loads)
         if moment is None:
             unknown += 1

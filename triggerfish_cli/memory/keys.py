@@ -48,7 +48,10 @@ def may_name(skey: str, taint: Level) -> bool:
     A key whose level cannot be read from it (``memory:x:SECRET:y``) might
     be anything, so only RESTRICTED sees it.
     """
+    return can_flow_to(naming_level(skey), taint)
+
+
+def naming_level(skey: str) -> Level:
+    """The lowest taint that may name a storage key: its level, else RESTRICTED."""
     parts = split_key(skey)
-    if parts is None:
-        return taint == Level.RESTRICTED
-    return can_flow_to(parts[1], taint)
+    return Level.RESTRICTED if parts is None else parts[1]

@@ -49,6 +49,7 @@ lineage record that came back, keeps what belongs to it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -56,6 +57,9 @@ from functools import cached_property
 from typing import Any
 
 from triggerfish_cli import namespaces
+from triggerfish_cli.classification import Level
+from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
+from triggerfish_cli.memory.keys import may_name
 from triggerfish_cli.retention.policies import Policies, Policy
 from triggerfish_cli.storage.provider import value_size
 
@@ -151,6 +155,9 @@ class NamespacePlan:
     #: Actions left for later, and why (:func:`defer`).
     deferred: int = 0
     note: str | None = None
+    #: ``memory:`` only: its records by the lowest taint that may name them
+    #: (``memory.keys.naming_level``), for :func:`seen_at`.
+    levels: Counter[Level] = field(default_factory=Counter)
 
     #: (the list counted, its length, its deletes): see :meth:`_deletes`; and the same
     #: for its bytes (:meth:`_bytes`), counted apart: a sweep asks for the counts only.
@@ -243,6 +250,33 @@ class Plan:
     @property
     def bytes(self) -> int:
         return sum(plan.bytes for plan in self.namespaces.values())
+
+
+def hides(plan: Plan, taint: Level | None) -> bool:
+    """Whether ``taint`` hides part of ``plan``: memory rows above it (RESTRICTED sees all).
+
+    A function of the policies and the taint, never of the records, so that what
+    a command says about the hiding tells nothing of what is hidden.
+    """
+    return taint is not None and taint < Level.RESTRICTED and MEMORY_PREFIX in plan.namespaces
+
+
+def seen_at(plan: Plan, taint: Level | None) -> Plan:
+    """``plan`` as a reader at ``taint`` may see it: memory rows above the taint are
+    neither named, counted nor sized (a sweep still applies the whole plan: retention
+    is not a read). ``taint`` None: the whole plan."""
+    if taint is None or not hides(plan, taint):
+        return plan
+    whole = plan.namespaces[MEMORY_PREFIX]
+    seen = NamespacePlan(
+        whole.policy,
+        records=sum(count for level, count in whole.levels.items() if level <= taint),
+        actions=[action for action in whole.actions if may_name(action.key, taint)],
+        unknown=[unknown for unknown in whole.unknown if may_name(unknown.key, taint)],
+        deferred=whole.deferred,
+        note=whole.note,
+    )
+    return Plan(plan.now, {**plan.namespaces, MEMORY_PREFIX: seen}, plan.unknown_namespaces)
 
 
 #: Why a sweep leaves ``cron-history:`` alone while the gateway runs (UPSTREAM.md).

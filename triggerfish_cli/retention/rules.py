@@ -19,6 +19,7 @@ from datetime import datetime
 from typing import Any
 
 from triggerfish_cli import namespaces
+from triggerfish_cli.memory.keys import naming_level
 from triggerfish_cli.namespaces import Namespace
 from triggerfish_cli.retention.feed import feed
 from triggerfish_cli.retention.plan import (
@@ -322,6 +323,7 @@ class Planner:
     def _memory(self, ns: Namespace, key: str, value: str, acts: bool) -> None:
         if not acts:
             return
+        self.plans[ns.prefix].levels[naming_level(key)] += 1
         document = self._parse(value)
         if not isinstance(document, dict) or not isinstance(document.get("expired"), bool):
             self._unknown(ns, key, value, "expired flag")

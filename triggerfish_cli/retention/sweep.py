@@ -43,10 +43,13 @@ from datetime import datetime
 from typing import Any
 
 from triggerfish_cli import audit
+from triggerfish_cli.classification import Level
 from triggerfish_cli.errors import ExitStatus, RefusedError, TriggerfishError
 from triggerfish_cli.memory.index import MemoryIndex
 from triggerfish_cli.memory.indexes import index_for
-from triggerfish_cli.retention.plan import Action, Plan
+from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
+from triggerfish_cli.memory.keys import may_name
+from triggerfish_cli.retention.plan import Action, NamespacePlan, Plan, hides, seen_at
 from triggerfish_cli.serialization import to_iso, utc_now
 from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.provider import StorageProvider
@@ -87,12 +90,16 @@ class Pacing:
     wal_frames: int | None = None
 
 
-def check_limit(plan: Plan, max_delete: int | None) -> None:
-    """The circuit breaker: refuse before deleting anything when the plan is too big."""
+def check_limit(plan: Plan, max_delete: int | None, taint: Level | None = None) -> None:
+    """The circuit breaker: refuse before deleting anything when the plan is too big.
+
+    It counts every delete; with memory rows hidden by ``taint`` it says no number."""
     if max_delete is not None and plan.deletes > max_delete:
+        what = f"{plan.deletes} records, more than --max-delete {max_delete}"
+        if taint is not None and hides(plan, taint):
+            what = f"more than --max-delete {max_delete} records (memory rows above {taint.name})"
         raise RefusedError(
-            f"the plan deletes {plan.deletes} records, more than --max-delete {max_delete}; "
-            "nothing was deleted",
+            f"the plan deletes {what}; nothing was deleted",
             hint="check `retention plan`, then raise --max-delete if that is intended",
         )
 
@@ -112,9 +119,35 @@ class NamespaceResult:
     guarded: int = 0
     bytes: int = 0
     unknown_age: int = 0
+    #: Count only the memory rows a reader at this taint may name (None: every action).
+    seen_at: Level | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        return {name: value for name, value in self.__dict__.items() if name != "seen_at"}
+
+    def tally(
+        self,
+        batch: Sequence[Action],
+        ready: Sequence[Action],
+        applied: Sequence[Action],
+        finished: bool,
+    ) -> None:
+        """Add a batch's outcome: ``ready`` passed their guards, ``applied`` were done;
+        the others were changed meanwhile, if the batch ``finished`` (not interrupted)."""
+        batch, ready, applied = self.seen(batch), self.seen(ready), self.seen(applied)
+        deletes = sum(1 for action in applied if action.is_delete)
+        self.guarded += len(batch) - len(ready)
+        self.deleted += deletes
+        self.trimmed += len(applied) - deletes
+        self.changed += len(ready) - len(applied) if finished else 0
+        self.bytes += sum(action.bytes for action in applied)
+        self.entries_removed += sum(a.removed for a in applied if not a.is_delete)
+
+    def seen(self, actions: Sequence[Action]) -> Sequence[Action]:
+        """The actions this tally counts."""
+        if self.seen_at is None:
+            return actions
+        return [action for action in actions if may_name(action.key, self.seen_at)]
 
 
 @dataclass
@@ -129,16 +162,36 @@ class SweepResult:
     audit_key: str | None = None
     #: What the write gate did (SQLite): freezes, seconds the live writers were paused.
     gate: dict[str, Any] | None = None
+    #: The taint the summary is for (``as_dict(shown=True)``); None: every record.
+    taint: Level | None = None
+    #: With a taint that hides memory rows: the ``memory:`` figures of those it may name.
+    seen_memory: NamespaceResult | None = None
 
-    def total(self, name: str) -> int:
-        return sum(int(getattr(result, name)) for result in self.namespaces)
+    def tallies(self, prefix: str) -> list[NamespaceResult]:
+        """What counts a namespace's outcome: its figures, and the part a reader may see."""
+        found = [entry for entry in self.namespaces if entry.namespace == prefix]
+        if self.seen_memory is not None and prefix == MEMORY_PREFIX:
+            found.append(self.seen_memory)
+        return found
 
-    def counts(self) -> dict[str, int]:
+    def _entries(self, shown: bool) -> list[NamespaceResult]:
+        if not shown or self.seen_memory is None:
+            return self.namespaces
+        memory = self.seen_memory
+        return [memory if entry.namespace == MEMORY_PREFIX else entry for entry in self.namespaces]
+
+    def total(self, name: str, shown: bool = False) -> int:
+        return sum(int(getattr(result, name)) for result in self._entries(shown))
+
+    def counts(self, shown: bool = False) -> dict[str, int]:
         names = ("planned", "deleted", "trimmed", "entries_removed", "changed", "guarded", "bytes")
-        return {name: self.total(name) for name in (*names, "unknown_age")}
+        return {name: self.total(name, shown) for name in (*names, "unknown_age")}
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, shown: bool = False) -> dict[str, Any]:
+        """The summary; ``shown``: as a reader at :attr:`taint` may see it (memory rows
+        above it neither counted nor sized), for output."""
         finished = self.finished or utc_now()
+        taint = {"taint": self.taint.name} if shown and self.taint is not None else {}
         return {
             "store": self.store,
             "as_of": to_iso(self.as_of),
@@ -147,10 +200,11 @@ class SweepResult:
             "seconds": round((finished - self.started).total_seconds(), 3),
             "interrupted": self.interrupted,
             "error": self.error,
-            **self.counts(),
+            **taint,
+            **self.counts(shown),
             "audit_key": self.audit_key,
             "gate": self.gate,
-            "namespaces": [result.as_dict() for result in self.namespaces],
+            "namespaces": [result.as_dict() for result in self._entries(shown)],
         }
 
 
@@ -221,36 +275,35 @@ def apply_plan(
     *,
     pacing: Pacing | None = None,
     on_progress: ProgressFn | None = None,
+    taint: Level | None = None,
 ) -> SweepResult:
-    """Apply ``plan`` (see the module docstring) and write one audit record."""
+    """Apply ``plan`` (see the module docstring) and write one audit record.
+
+    ``taint``: whose eyes the result is also counted for (``as_dict(shown=True)``, the
+    message when interrupted): the memory rows above it are deleted as the plan says,
+    but neither counted nor sized there (the audit record counts everything)."""
     pacer = _Pacer(pacing or Pacing(), provider)
     result = SweepResult(
         provider.describe(),
         plan.now,
         utc_now(),
-        [
-            NamespaceResult(
-                ns_plan.policy.namespace,
-                ns_plan.policy.spec,
-                planned=len(ns_plan.actions),
-                unknown_age=len(ns_plan.unknown),
-            )
-            for ns_plan in plan.namespaces.values()
-            if not ns_plan.policy.held
-        ],
+        [_planned(ns_plan) for ns_plan in plan.namespaces.values() if not ns_plan.policy.held],
+        taint=taint,
     )
-    by_name = {entry.namespace: entry for entry in result.namespaces}
-    memory = index_for(provider) if "memory:" in plan.namespaces else None
+    seen = seen_at(plan, taint).namespaces.get(MEMORY_PREFIX)
+    if hides(plan, taint) and seen is not None and not seen.policy.held:
+        result.seen_memory = _planned(seen, taint)
+    memory = index_for(provider) if MEMORY_PREFIX in plan.namespaces else None
     try:
         with provider.bulk_writes():
-            _apply_all(provider, plan, pacer, by_name, memory, on_progress)
+            _apply_all(provider, plan, pacer, result, memory, on_progress)
     except KeyboardInterrupt:
         result.interrupted = True
         _finish(provider, result, quiet=True)
         raise SweepInterrupted(
-            f"sweep interrupted after deleting {result.total('deleted')} and trimming "
-            f"{result.total('trimmed')} of {result.total('planned')} planned records; "
-            "the store is consistent and the next sweep finishes the job"
+            f"sweep interrupted after deleting {result.total('deleted', True)} and trimming "
+            f"{result.total('trimmed', True)} of {result.total('planned', True)} planned "
+            "records; the store is consistent and the next sweep finishes the job"
         ) from None
     except BaseException as exc:
         result.error = str(exc) or type(exc).__name__
@@ -261,11 +314,19 @@ def apply_plan(
     return result
 
 
+def _planned(ns_plan: NamespacePlan, seen_at: Level | None = None) -> NamespaceResult:
+    policy = ns_plan.policy
+    planned, unknown = len(ns_plan.actions), len(ns_plan.unknown)
+    return NamespaceResult(
+        policy.namespace, policy.spec, planned=planned, unknown_age=unknown, seen_at=seen_at
+    )
+
+
 def _apply_all(
     provider: StorageProvider,
     plan: Plan,
     pacer: _Pacer,
-    by_name: dict[str, NamespaceResult],
+    result: SweepResult,
     memory: MemoryIndex | None,
     on_progress: ProgressFn | None,
 ) -> None:
@@ -276,12 +337,11 @@ def _apply_all(
             batch = actions[done : done + pacer.size]
             done += len(batch)
             remaining -= len(batch)
+            tallies = result.tallies(prefix)
             with _signals_deferred():
-                held, frames, committed = _apply_batch(
-                    provider, batch, by_name[prefix], memory, pacer
-                )
-            if on_progress is not None:
-                on_progress(len(batch))
+                held, frames, committed = _apply_batch(provider, batch, tallies, memory, pacer)
+            if on_progress is not None:  # the actions the last tally may see
+                on_progress(len(tallies[-1].seen(batch)))
             if remaining:
                 pacer.rest(held, len(batch), frames, committed)
 
@@ -342,14 +402,13 @@ def _finish(provider: StorageProvider, result: SweepResult, *, quiet: bool = Fal
 def _apply_batch(
     provider: StorageProvider,
     batch: Sequence[Action],
-    counts: NamespaceResult,
+    counts: Sequence[NamespaceResult],
     memory: MemoryIndex | None,
     pacer: _Pacer,
 ) -> tuple[float, int, float]:
     """Apply one batch: (seconds holding the write lock, WAL frames written or -1,
-    when it committed)."""
+    when it committed). ``counts``: its namespace's tallies (SweepResult.tallies)."""
     ready = _guarded(provider, batch)
-    counts.guarded += len(batch) - len(ready)
     deletes = [(action.key, action.expected) for action in ready if action.is_delete]
     trims = [(a.key, a.expected, a.replacement or "") for a in ready if not a.is_delete]
     started = time.monotonic()
@@ -357,7 +416,7 @@ def _apply_batch(
     deleted = trimmed = 0
     try:
         if deletes:
-            if memory is not None and counts.namespace == "memory:":
+            if memory is not None and counts[0].namespace == MEMORY_PREFIX:
                 # The index deletes the kv rows and any stale index rows of theirs
                 # (the gateway removed them at soft delete) in one transaction.
                 deleted = memory.hard_delete(deletes)
@@ -368,18 +427,19 @@ def _apply_batch(
     except KeyboardInterrupt:
         # Interrupted inside a write (rolled back) or just after a commit:
         # count from the store what this batch did, so the audit is exact.
-        _count(provider, ready, counts, None)
+        _count(provider, batch, ready, counts, None)
         raise
     committed = time.monotonic()
     held, frames = pacer.since(mark, committed - started)
-    _count(provider, ready, counts, (deleted, trimmed))
+    _count(provider, batch, ready, counts, (deleted, trimmed))
     return held, frames, committed
 
 
 def _count(
     provider: StorageProvider,
+    batch: Sequence[Action],
     ready: Sequence[Action],
-    counts: NamespaceResult,
+    counts: Sequence[NamespaceResult],
     done: tuple[int, int] | None,
 ) -> None:
     """Add what a batch applied to ``counts``; ``done``: (deleted, trimmed) if known."""
@@ -388,12 +448,8 @@ def _count(
     else:  # some were rewritten meanwhile (or we were interrupted): look
         now = provider.get_many(action.key for action in ready)
         applied = [a for a in ready if now.get(a.key) == a.replacement]
-    deletes = sum(1 for action in applied if action.is_delete)
-    counts.deleted += deletes
-    counts.trimmed += len(applied) - deletes
-    counts.changed += len(ready) - len(applied) if done is not None else 0
-    counts.bytes += sum(action.bytes for action in applied)
-    counts.entries_removed += sum(action.removed for action in applied if not action.is_delete)
+    for tally in counts:
+        tally.tally(batch, ready, applied, done is not None)
 
 
 def _guarded(provider: StorageProvider, batch: Sequence[Action]) -> list[Action]:

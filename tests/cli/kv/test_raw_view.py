@@ -78,3 +78,22 @@ def test_a_set_taint_is_honoured_by_the_raw_view(cli: CliFn, base_dir: Path) -> 
         assert not any(":CONFIDENTIAL:" in key or ":RESTRICTED:" in key for key in keys)
     bad = cli("kv", "list", "--taint", "SECRET")
     assert bad.exit_code == 2
+
+
+def test_the_sample_a_prefix_delete_names_is_audited_like_a_raw_read(
+    cli: CliFn, base_dir: Path
+) -> None:
+    """Issue 35: `kv delete --prefix` names up to 5 keys; memory keys above PUBLIC among
+    them leave the raw read's audit record (a dry run too), other keys none."""
+    db = memory_db(base_dir)
+    prefix = f"memory:{MAIN}:RESTRICTED:"
+    dry = cli("kv", "delete", "--prefix", prefix, "--dry-run")
+    assert dry.exit_code == 0, dry.stderr
+    (record,) = audits(db, "kv_raw_read")
+    named = [k for k in current_rows() if k.startswith(prefix)][:5]
+    assert record["command"] == "kv delete --prefix" and record["target"] == prefix
+    assert sorted(record["keys"]) == sorted(named)  # type: ignore[arg-type]
+    assert "passport" not in json.dumps(record)
+    assert cli("kv", "delete", "--prefix", f"memory:{MAIN}:PUBLIC:", "--dry-run").exit_code == 0
+    assert cli("kv", "delete", "--prefix", "sessions:", "--dry-run").exit_code == 0
+    assert len(audits(db, "kv_raw_read")) == 1

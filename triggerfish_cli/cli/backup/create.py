@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -135,10 +135,12 @@ def create_cmd(
     4) unless --no-encrypt. --verify of an encrypted backup checks its
     contents only with --identity.
 
-    --logical --max-taint LEVEL leaves out every memory above LEVEL (and
-    every other record classified above it, such as conversation messages):
-    a partial copy for a lower-clearance environment; list, verify and
-    restore say it is partial.
+    --logical --max-taint LEVEL keeps only the records whose level is
+    established and at or below LEVEL (memories, conversation messages,
+    lineage, cron jobs' ceilings ...); the others, and records that could hold
+    data of any level but state none (todos, notifications without one), are
+    left out and counted: a partial copy for a lower-clearance environment;
+    list, verify and restore say it is partial.
     """
     # lazy: backup.create, .settings and .verify add 38 modules to `backup --help`
     from triggerfish_cli.backup.create import create_backup
@@ -202,9 +204,15 @@ def create_cmd(
             f"in {created.seconds:.1f} s{checked}"
         )
         if created.partial is not None:
-            out.line(
-                f"partial: nothing above {created.partial['max_taint']} "
-                f"({created.partial['left_out']} row(s) left out)"
-            )
+            out.line(_partial_line(created.partial))
 
     out.result(document, show)
+
+
+def _partial_line(partial: dict[str, Any]) -> str:
+    counts = partial["left_out_by_namespace"]
+    named = ", ".join(f"{namespace or '(none)'} {n}" for namespace, n in counts.items())
+    return (
+        f"partial: nothing above {partial['max_taint']} ({partial['left_out']} row(s) left "
+        f"out, above it or of no established level{': ' + named if named else ''})"
+    )

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from triggerfish_cli.cli.kv.common import app
+from triggerfish_cli.cli.kv.common import app, raw_reads
 from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin
 from triggerfish_cli.errors import RefusedError, UsageError
 
@@ -70,6 +70,11 @@ def delete_cmd(
     if plan.count == 0:
         out.outcome(summary, f"no keys under {prefix!r}")
         return
+    if dry_run or not out.quiet:  # the sample names memory keys above PUBLIC: audited first
+        reads = raw_reads(None)
+        for sample in plan.sample():
+            reads.admit(sample)
+        reads.audit(provider, "kv delete --prefix", prefix)
     if dry_run:  # the report is the result: stdout
 
         def show() -> None:

@@ -9,7 +9,7 @@ import typer
 
 from triggerfish_cli import cells
 from triggerfish_cli.cli.kv.common import RawTaintOpt, app, raw_reads
-from triggerfish_cli.cli.options import FormatOpt, begin, complete_namespace
+from triggerfish_cli.cli.options import FormatOpt, begin, complete_namespace, taint_level
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.storage.provider import value_size
 
@@ -27,15 +27,21 @@ def namespaces_cmd(
             ),
         ),
     ] = False,
+    taint: RawTaintOpt = None,
     fmt: FormatOpt = None,
 ) -> None:
-    """Every namespace present, with key count and total value bytes."""
+    """Every namespace present, with key count and total value bytes.
+
+    With --taint (or TRIGGERFISH_TAINT), memory rows above it are neither
+    counted nor sized.
+    """
     # lazy: cli.output and kv.keys add 16 modules (csv) to `kv --help`
     from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
     from triggerfish_cli.kv import keys
 
     st, out = begin(ctx, fmt)
-    rows = keys.namespace_report(st.provider(), ages=ages)
+    level = taint_level(taint) if taint is not None else None
+    rows = keys.namespace_report(st.provider(), ages=ages, taint=level)
     columns = [
         Column("namespace", "namespace", render=_group_name),
         Column("keys", "keys", "right"),
@@ -56,6 +62,8 @@ def namespaces_cmd(
         footer={"namespace": "total", "keys": total.count, "bytes": total.bytes},
         empty="the store is empty",
     )
+    if level is not None:
+        out.info(f"memory rows above {level.name} left out (--taint)")
 
 
 def _group_name(name: str) -> str:

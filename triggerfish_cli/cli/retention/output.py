@@ -10,7 +10,9 @@ from triggerfish_cli.cli.output.text import Column, human_bytes, text_column
 from triggerfish_cli.serialization import to_iso
 
 if TYPE_CHECKING:
+    from triggerfish_cli.classification import Level
     from triggerfish_cli.retention.plan import Plan
+    from triggerfish_cli.storage.provider import StorageProvider
 
 
 def plan_rows(out: Output, plan: Plan) -> None:
@@ -45,7 +47,31 @@ def key_rows(plan: Plan) -> Iterator[dict[str, Any]]:
         yield from sorted(rows, key=lambda row: row["key"])
 
 
-def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
+def audit_names(provider: StorageProvider, plan: Plan, taint: Level | None) -> None:
+    """The raw-read audit record of the memory keys above PUBLIC a plan list names
+    (as kv list), written before they are shown: if it cannot be, none are."""
+    # lazy: kv.keys is not loaded by `retention plan` without --list
+    from triggerfish_cli.kv.keys import RawReads
+
+    memories = plan.namespaces.get("memory:")
+    if memories is None:
+        return
+    reads = RawReads(taint)
+    for key in sorted([*(a.key for a in memories.actions), *(u.key for u in memories.unknown)]):
+        reads.admit(key)
+    reads.audit(provider, "retention plan --list", "memory:")
+
+
+def hidden_note(out: Output, taint: Level | None) -> None:
+    if taint is not None:
+        out.info(
+            f"memory rows above {taint.name} left out (--taint); "
+            "a sweep deletes those the policies name all the same"
+        )
+
+
+def show_plan(out: Output, plan: Plan, list_keys: bool, hidden: Level | None = None) -> None:
+    """``plan`` as a table or rows; ``hidden``: the taint it was seen at (seen_at), noted."""
     if list_keys:
         out.rows(
             key_rows(plan),
@@ -64,6 +90,7 @@ def show_plan(out: Output, plan: Plan, list_keys: bool) -> None:
         f"plan as of {to_iso(plan.now)}: delete {plan.deletes} record(s), trim {plan.trims} "
         f"({human_bytes(plan.bytes)}); {plan.unknown_age} of unknown age kept"
     )
+    hidden_note(out, hidden)
 
 
 def brief(out: Output, plan: Plan) -> None:

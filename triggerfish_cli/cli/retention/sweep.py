@@ -11,8 +11,9 @@ from typing import Annotated
 import typer
 
 from triggerfish_cli.cli import metrics
+from triggerfish_cli.cli.kv.common import RawTaintOpt
 from triggerfish_cli.cli.metrics import MetricsOpt
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin
+from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin, taint_level
 from triggerfish_cli.cli.retention.common import (
     AsOfOpt,
     NamespaceOpt,
@@ -21,7 +22,8 @@ from triggerfish_cli.cli.retention.common import (
     only_of,
     policies_of,
 )
-from triggerfish_cli.cli.retention.output import brief, report, show_plan
+from triggerfish_cli.cli.retention.output import brief, hidden_note, report, show_plan
+from triggerfish_cli.retention.plan import hides, seen_at
 from triggerfish_cli.retention.reading import read_plan
 from triggerfish_cli.retention.sweep import (
     Pacing,
@@ -95,6 +97,7 @@ def sweep_cmd(
         ),
     ] = None,
     as_of: AsOfOpt = None,
+    taint: RawTaintOpt = None,
     metrics_file: MetricsOpt = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
@@ -103,32 +106,42 @@ def sweep_cmd(
 
     Each record is deleted only if unchanged since the plan read it. Ctrl-C or
     kill leaves the store consistent; the next sweep finishes the job. One
-    audit record per sweep. --dry-run prints the plan.
+    audit record per sweep. --dry-run prints the plan. With --taint (or
+    TRIGGERFISH_TAINT) the sweep deletes the same records, but says nothing of the
+    memory rows above it (neither counted nor sized; the audit record counts all).
     """
     st, out = begin(ctx, fmt, quiet)
     policies = policies_of(st)
     only, now = only_of(namespace), as_of_time(as_of, future=False)
+    level = taint_level(taint) if taint is not None else None
     provider = st.provider()
     keep = st.owns_process  # the plan's objects out of the collector's sight
     if dry_run:
-        show_plan(out, read_plan(provider, policies, now, only=only, keep=keep), list_keys=False)
+        whole = read_plan(provider, policies, now, only=only, keep=keep)
+        hidden = level if hides(whole, level) else None
+        show_plan(out, seen_at(whole, level), list_keys=False, hidden=hidden)
         return
     pacing = Pacing(batch_size=batch_size, pause=pause)
     run = metrics.begin(ctx, "retention_sweep", metrics_file)
     with _sigterm_interrupts(), sweep_lock(provider, wait):
         plan = read_plan(provider, policies, now, only=only, keep=keep)
-        check_limit(plan, max_delete)
-        if plan.deletes or plan.trims:
+        check_limit(plan, max_delete, level)
+        hidden = level if hides(plan, level) else None
+        seen = seen_at(plan, level)
+        # with memory rows hidden it cannot say there is nothing to do: it asks
+        if seen.deletes or seen.trims or hidden is not None:
             if not yes and out.stdin_is_tty:
-                brief(out, plan)
+                brief(out, seen)
+            also = "" if hidden is None else f" (plus any memory rows above {hidden.name} due)"
             out.confirm(
-                f"Delete {plan.deletes} and trim {plan.trims} record(s) in "
+                f"Delete {seen.deletes} and trim {seen.trims} record(s){also} in "
                 f"{provider.describe()}? (see `retention plan`)",
                 yes=yes,
                 what="the sweep",
             )
-        with out.progress("sweeping", total=plan.deletes + plan.trims) as bar:
-            result = apply_plan(provider, plan, pacing=pacing, on_progress=bar.advance)
-    summary = result.as_dict()
+        with out.progress("sweeping", total=seen.deletes + seen.trims) as bar:
+            result = apply_plan(provider, plan, pacing=pacing, on_progress=bar.advance, taint=level)
+    summary = result.as_dict(shown=True)
     metrics.swept(run, summary)
     report(out, summary)
+    hidden_note(out, hidden)
