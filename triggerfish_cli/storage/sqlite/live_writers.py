@@ -18,10 +18,12 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from triggerfish_cli.storage.sqlite.lock_table import lock_holders, marks_read, posix_locks
 
 #: SQLite's lock bytes in the -shm file: the WAL write lock, and the "dead man
 #: switch" every connection holds a shared lock on while it has the file open.
@@ -29,10 +31,6 @@ SHM_WRITE_LOCK = 120
 #: The checkpoint lock: one connection at a time runs a checkpoint.
 SHM_CKPT_LOCK = 121
 SHM_DMS_LOCK = 128
-#: SQLite's WAL read-mark locks (WAL_READ_LOCK(0..4)): a connection holds one of
-#: them, shared, for as long as it has a read snapshot (a read transaction, or
-#: an autocommitted write between taking its snapshot and the write lock).
-SHM_READ_LOCKS = range(123, 128)
 STOPPED = frozenset("Tt")
 GONE = frozenset("ZX")
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux (x86_64, aarch64)
@@ -104,7 +102,7 @@ class ProcessTable:
                 return None
             self._fds[(pid, shm)] = fd  # type: ignore[assignment]
         lines = [line[5:] for line in text.splitlines() if line.startswith("lock:")]
-        return any(_marks_read(lock) for lock in _posix_locks(lines) if not lock.waiting)
+        return any(marks_read(lock) for lock in posix_locks(lines) if not lock.waiting)
 
     @staticmethod
     def _fdinfo(pid: int, fd: str, inode: int) -> str | None:
@@ -216,31 +214,6 @@ class ProcessTable:
         return data[end + 2 :].decode("ascii", "replace").split() if end >= 0 else None
 
 
-def lock_holders(targets: Sequence[str]) -> set[int] | None:
-    """Pids holding a POSIX lock on the store's files, from ``/proc/locks`` (Linux).
-
-    None when that cannot tell who has the store open: no ``-shm`` file (the
-    store is not in WAL mode, or nobody has it open) or no ``/proc/locks``.
-    Locks of processes in other PID namespaces are not listed there (the -shm
-    probe of :func:`live_writers` finds those).
-    """
-    inodes = set()
-    for path in targets:
-        try:
-            info = os.stat(path)
-        except OSError:
-            if path.endswith("-shm"):
-                return None
-            continue
-        inodes.add((os.major(info.st_dev), os.minor(info.st_dev), info.st_ino))
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    return {lock.pid for lock in _posix_locks(lines) if lock.file in inodes and lock.pid > 0}
-
-
 def shm_readers(db: Path) -> set[int] | None:
     """Pids holding one of SQLite's read-mark locks of the store's -shm (a read snapshot).
 
@@ -257,49 +230,9 @@ def shm_readers(db: Path) -> set[int] | None:
     inode = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
     return {
         lock.pid
-        for lock in _posix_locks(lines)
-        if not lock.waiting and lock.file == inode and lock.pid > 0 and _marks_read(lock)
+        for lock in posix_locks(lines)
+        if not lock.waiting and lock.file == inode and lock.pid > 0 and marks_read(lock)
     }
-
-
-@dataclass(frozen=True)
-class _Lock:
-    """One POSIX lock of a lock table (``/proc/locks``, or the ``lock:`` lines of fdinfo)."""
-
-    pid: int
-    #: (device major, device minor, inode) of the locked file.
-    file: tuple[int, int, int]
-    start: int
-    #: None: to the end of the file.
-    end: int | None
-    #: Asked for, not held ("->" in the table).
-    waiting: bool
-
-
-def _posix_locks(lines: Iterable[str]) -> Iterator[_Lock]:
-    """The POSIX locks in lines of a lock table; other kinds and odd lines skipped."""
-    for line in lines:
-        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 128 128"; a waiter: "3: -> POSIX ..."
-        words = line.split()
-        waiting = "->" in words
-        if waiting:
-            words.remove("->")
-        if len(words) < 8 or words[1] != "POSIX":
-            continue
-        try:
-            major, minor, inode = words[5].split(":")
-            file = (int(major, 16), int(minor, 16), int(inode))
-            pid, start = int(words[4]), int(words[6])
-            end = None if words[7] == "EOF" else int(words[7])
-        except ValueError:
-            continue
-        yield _Lock(pid, file, start, end, waiting)
-
-
-def _marks_read(lock: _Lock) -> bool:
-    """The lock covers one of SQLite's read-mark bytes of a -shm file (a read snapshot)."""
-    first, last = SHM_READ_LOCKS[0], SHM_READ_LOCKS[-1]
-    return lock.start <= last and (lock.end is None or lock.end >= first)
 
 
 def _descriptor_of(pid: int, paths: set[str]) -> str | None:
