@@ -164,14 +164,7 @@ def _rows(document: dict[str, Any]) -> dict[str, str]:
         )
     writers = document["live_writers"]
     if writers is not None:
-        rows["live writers"] = (
-            "; ".join(
-                f"pid {w['pid']} ({w['user']}: {w['command']})"
-                + ("" if w["may_signal"] else f", cannot pause: {w['why_not']}")
-                for w in writers
-            )
-            or "none"
-        )
+        rows["live writers"] = "; ".join(_writer(w) for w in writers) or "none"
     rows["daemon"] = _daemon(document["daemon"])
     rows["last sweep"] = _audit(document["last_sweep"])
     rows["last backup"] = _audit(document["last_backup"])
@@ -193,7 +186,20 @@ def _rows(document: dict[str, Any]) -> dict[str, str]:
         )
     for number, note in enumerate(document["notes"], 1):
         rows[f"note {number}"] = note
+    for number, line in enumerate(document["resumed"], 1):
+        rows[f"resumed {number}"] = line
     return rows
+
+
+def _writer(writer: dict[str, Any]) -> str:
+    text = f"pid {writer['pid']} ({writer['user']}: {writer['command']})"
+    if writer["stopped"]:
+        text += f", STOPPED (state T: it cannot write or answer; kill -CONT {writer['pid']})"
+    if not writer["may_signal"]:
+        return text + f", cannot pause: {writer['why_not']}"
+    if writer["not_paused"]:
+        text += f", never paused: {writer['not_paused']}"
+    return text
 
 
 def _daemon(daemon: dict[str, Any] | None) -> str:

@@ -18,7 +18,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,9 +47,28 @@ class LiveWriter:
     user: str
     may_signal: bool
     why_not: str | None = None
+    #: Its state letter when looked at (``T``: stopped); None unknown.
+    state: str | None = None
+    #: The foreground job of a terminal (:class:`Look`), or a process whose every
+    #: descriptor of the database file is read-only (``less``, ``sqlite3 -readonly``):
+    #: our writes never pause either.
+    foreground: bool = False
+    reads_only: bool = False
 
     def label(self) -> str:
         return f"pid {self.pid} ({self.user}: {self.command})"
+
+    @property
+    def stopped(self) -> bool:
+        return self.state is not None and self.state in STOPPED
+
+    def not_paused(self) -> str | None:
+        """Why our writes never pause it, though we may signal it (None: they do)."""
+        if self.reads_only:
+            return "it has the database open read-only"
+        if self.foreground:
+            return "the foreground job of a terminal"
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -58,7 +77,23 @@ class LiveWriter:
             "user": self.user,
             "may_signal": self.may_signal,
             "why_not": self.why_not,
+            "stopped": self.stopped,
+            "not_paused": self.not_paused(),
         }
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one read of a process's ``stat`` tells the write gate."""
+
+    state: str
+    #: Clock ticks since boot (``/proc/<pid>/stat`` field 22); 0 unknown.
+    start: int
+    #: The foreground job of a terminal that a job-control shell manages: its
+    #: process group is the terminal's foreground group and not the session's
+    #: own (a shell's job). Stopped, its shell would say "Stopped", take the
+    #: terminal back and leave it in the background when resumed.
+    foreground: bool
 
 
 def store_files(db: Path) -> list[str]:
@@ -159,12 +194,31 @@ class ProcessTable:
         fields = self._stat(f"/proc/{pid}/stat")
         return fields[0] if fields else None
 
-    def status(self, pid: int) -> tuple[str | None, int | None]:
-        """(state, start time) of ``pid`` from one read; (None, None) when it is gone."""
+    def look(self, pid: int) -> Look | None:
+        """State, start time and terminal of ``pid`` from one read; None when it is gone."""
         fields = self._stat(f"/proc/{pid}/stat")
-        if not fields:
-            return None, None
-        return fields[0], int(fields[19]) if len(fields) > 19 else None
+        if not fields or len(fields) <= 19:
+            return None
+        # state, ppid, pgrp, session, tty_nr, tpgid, ... (proc(5))
+        pgrp, session, tty, tpgid = fields[2:6]
+        foreground = tty != "0" and tpgid == pgrp and pgrp != session
+        return Look(fields[0], int(fields[19]), foreground)
+
+    def reads_only(self, pid: int, db: str) -> bool:
+        """Every descriptor ``pid`` has on the file ``db`` is open read-only (False when
+        it has none, or they cannot be read)."""
+        try:
+            inode = os.stat(db).st_ino
+            modes = [self._access(pid, fd, inode) for fd in _descriptors_of(pid, {db})]
+        except OSError:
+            return False
+        return bool(modes) and all(mode == os.O_RDONLY for mode in modes)
+
+    def _access(self, pid: int, fd: str, inode: int) -> int:
+        """``O_RDONLY``, ``O_WRONLY`` or ``O_RDWR``: how descriptor ``fd`` was opened."""
+        text = self._fdinfo(pid, fd, inode)
+        flags = next((line for line in (text or "").splitlines() if line[:6] == "flags:"), "")
+        return int(flags[6:].strip() or "2", 8) & os.O_ACCMODE  # unknown: read-write
 
     def stopped(self, pid: int) -> bool:
         """Every thread of ``pid`` stopped (or gone)."""
@@ -235,15 +289,18 @@ def shm_readers(db: Path) -> set[int] | None:
     }
 
 
-def _descriptor_of(pid: int, paths: set[str]) -> str | None:
-    """A descriptor of ``pid`` open on one of ``paths`` (PermissionError: not ours to read)."""
+def _descriptors_of(pid: int, paths: set[str]) -> Iterator[str]:
+    """The descriptors of ``pid`` open on one of ``paths`` (PermissionError: not ours to read)."""
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}") in paths:
-                return fd
+                yield fd
         except OSError:
             continue  # closed meanwhile
-    return None
+
+
+def _descriptor_of(pid: int, paths: set[str]) -> str | None:
+    return next(_descriptors_of(pid, paths), None)
 
 
 class LsofTable(ProcessTable):
@@ -263,14 +320,27 @@ class LsofTable(ProcessTable):
 
     def start_time(self, pid: int) -> int | None:
         out = _run(["ps", "-o", "lstart=", "-p", str(pid)]).strip()
-        return (hash(out) & 0x7FFFFFFF) or 1 if out else None
+        return _stable_number(out) if out else None
 
     def state(self, pid: int) -> str | None:
         out = _run(["ps", "-o", "stat=", "-p", str(pid)]).strip()
         return out[:1] or None
 
-    def status(self, pid: int) -> tuple[str | None, int | None]:
-        return self.state(pid), self.start_time(pid)
+    def look(self, pid: int) -> Look | None:
+        """From ``ps``'s STAT: ``+`` in the foreground group of its terminal, ``s`` a
+        session leader (a foreground process that is not one is taken for a job)."""
+        stat, _, started = (
+            _run(["ps", "-o", "stat=,lstart=", "-p", str(pid)]).strip().partition(" ")
+        )
+        if not stat:
+            return None
+        return Look(stat[0], _stable_number(started.strip()), "+" in stat and "s" not in stat)
+
+    def reads_only(self, pid: int, db: str) -> bool:
+        """From lsof's access mode of each descriptor (``r``, ``w``, ``u``)."""
+        out = _run(["lsof", "-a", "-p", str(pid), "-F", "a", "--", db])
+        modes = [line[1:] for line in out.splitlines() if line[:1] == "a"]
+        return bool(modes) and all(mode == "r" for mode in modes)
 
     def stopped(self, pid: int) -> bool:
         state = self.state(pid)
@@ -289,6 +359,14 @@ def _run(command: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return result.stdout
+
+
+def _stable_number(text: str) -> int:
+    """A start time for a ``ps`` start date: the same in every process (not ``hash()``)."""
+    # lazy: zlib (0.5 ms) only where there is no /proc
+    import zlib
+
+    return zlib.crc32(text.encode()) or 1
 
 
 def _user_name(uid: int) -> str:
@@ -374,7 +452,7 @@ def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter
     seen: set[int] = set()
     if table is not None:
         for pid in sorted(table.openers(table.pids(), store_files(db))):
-            found.append(writer_of(table, pid))
+            found.append(writer_of(table, pid, db))
             seen.add(pid)
     holder = shm_lock_holder(db, SHM_DMS_LOCK)
     if holder == 0:
@@ -390,14 +468,20 @@ def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter
         )
     elif holder is not None and holder != os.getpid() and holder not in seen:
         # It holds the store's lock, but its open files are not ours to read.
-        found.append(writer_of(table, holder) if table is not None else _unseen(holder))
+        found.append(writer_of(table, holder, db) if table is not None else _unseen(holder))
     return found
 
 
-def writer_of(table: ProcessTable, pid: int) -> LiveWriter:
+def writer_of(table: ProcessTable, pid: int, db: Path) -> LiveWriter:
     command, _, user = table.describe(pid)
     may, why = _may_signal(pid)
-    return LiveWriter(pid, table.start_time(pid) or 0, command[:300], user, may, why)
+    look = table.look(pid)
+    reads_only = table.reads_only(pid, store_files(db)[0])
+    if look is None:
+        return LiveWriter(pid, 0, command[:300], user, may, why, reads_only=reads_only)
+    return LiveWriter(
+        pid, look.start, command[:300], user, may, why, look.state, look.foreground, reads_only
+    )
 
 
 def _unseen(pid: int) -> LiveWriter:
