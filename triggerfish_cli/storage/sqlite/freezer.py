@@ -9,7 +9,11 @@ debugger), never one whose pid now belongs to another process (its start time
 is checked), never us or the watchdog. Before the first stop it starts the
 watchdog (:mod:`watchdog`), which resumes everything if we die or a freeze
 outlasts its deadline, and each freeze holds a lock file beside the store so
-that two processes of ours never freeze at the same time.
+that two processes of ours never freeze at the same time. In that file each
+freeze records what it stops before stopping it (:mod:`gate_ledger`), for the
+next run should we die with the watchdog. It never stops the foreground job of
+a terminal (an operator's ``sqlite3``: its shell would take the terminal back)
+nor a process that has the database open read-only.
 """
 
 from __future__ import annotations
