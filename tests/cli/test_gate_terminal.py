@@ -18,12 +18,13 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.helpers import gateway_writer
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
-from triggerfish_cli.storage.sqlite.live_writers import ProcessTable
+from triggerfish_cli.storage.sqlite.live_writers import Look, LsofTable, ProcessTable, store_files
 
 pexpect = pytest.importorskip("pexpect")
 
@@ -54,7 +55,7 @@ def db(base_dir: Path) -> Path:
 
 
 @pytest.fixture
-def shell(tmp_path: Path) -> Iterator[object]:
+def shell(tmp_path: Path) -> Iterator[Any]:
     """An interactive bash with job control on a pseudo-terminal of its own."""
     env = {
         "PATH": os.environ["PATH"],
@@ -103,38 +104,34 @@ def foreground_job(shell_pid: int, name: str) -> int:
     return found[0]
 
 
-def admin(
-    db: Path, *args: str, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
+def admin(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [ADMIN, "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
+        [ADMIN, "--db", str(db), *args], capture_output=True, text=True, timeout=120
     )
 
 
-def ask(shell: object, line: str, answer: str) -> str:
+def ask(shell: Any, line: str, answer: str) -> str:
     """Type ``line`` at sqlite3's prompt; what came back before the next prompt, which must
     hold ``answer`` (sqlite3 answered it, not the shell)."""
-    child: object = shell
-    child.sendline(line)  # type: ignore[attr-defined]
-    child.expect_exact("sqlite> ")  # type: ignore[attr-defined]
-    seen = str(child.before)  # type: ignore[attr-defined]
+    child = shell
+    child.sendline(line)
+    child.expect_exact("sqlite> ")
+    seen = str(child.before)
     assert answer in seen, seen
     return seen
 
 
 @needs_sqlite3
 def test_an_interactive_sqlite3_stays_the_foreground_job_through_our_writes(
-    db: Path, tmp_path: Path, shell: object
+    db: Path, tmp_path: Path, shell: Any
 ) -> None:
-    child: object = shell
-    child.sendline(f"sqlite3 {db}")  # type: ignore[attr-defined]
-    child.expect_exact("sqlite> ")  # type: ignore[attr-defined]
+    child = shell
+    child.sendline(f"sqlite3 {db}")
+    child.expect_exact("sqlite> ")
     ask(shell, "SELECT value FROM kv WHERE key = 'seen';", "before")  # it has the store open
-    sqlite3_pid = foreground_job(child.pid, "sqlite3")  # type: ignore[attr-defined]
+    sqlite3_pid = foreground_job(child.pid, "sqlite3")
+    if shutil.which("ps"):  # where there is no /proc, ps's STAT tells the same
+        assert (LsofTable().look(sqlite3_pid) or Look("?", 0, False)).foreground
 
     with gateway_writer.running(db, tmp_path) as gateway:
         store = SqliteStorage(db)
@@ -158,11 +155,11 @@ def test_an_interactive_sqlite3_stays_the_foreground_job_through_our_writes(
 
 @needs_sqlite3
 def test_a_foreground_sqlite3_holding_the_write_lock_is_waited_for_then_refused(
-    db: Path, shell: object
+    db: Path, shell: Any
 ) -> None:
-    child: object = shell
-    child.sendline(f"sqlite3 {db}")  # type: ignore[attr-defined]
-    child.expect_exact("sqlite> ")  # type: ignore[attr-defined]
+    child = shell
+    child.sendline(f"sqlite3 {db}")
+    child.expect_exact("sqlite> ")
     ask(shell, "BEGIN IMMEDIATE; SELECT value FROM kv WHERE key = 'seen';", "before")
     config = Path(str(db) + ".yaml")
     config.write_text("storage:\n  backend: sqlite\n  busy_timeout_ms: 300\n")
@@ -176,30 +173,22 @@ def test_a_foreground_sqlite3_holding_the_write_lock_is_waited_for_then_refused(
     assert "Stopped" not in seen
 
 
-def test_less_on_the_store_is_never_stopped(db: Path, tmp_path: Path, shell: object) -> None:
+def test_less_on_the_store_is_never_stopped(db: Path, tmp_path: Path, shell: Any) -> None:
     if shutil.which("less") is None:
         pytest.skip("less is not installed")
-    child: object = shell
-    child.sendline(f"less {db}")  # type: ignore[attr-defined]
-    less_pid = foreground_job(child.pid, "less")  # type: ignore[attr-defined]
-    wait_for(
-        lambda: (
-            str(db)
-            in {
-                os.readlink(f"/proc/{less_pid}/fd/{fd}")
-                for fd in os.listdir(f"/proc/{less_pid}/fd")
-            }
-        ),
-        "less reading the store",
-    )
+    child = shell
+    child.sendline(f"less {db}")
+    less_pid = foreground_job(child.pid, "less")
+    files = store_files(db)
+    wait_for(lambda: TABLE.openers([less_pid], files) == [less_pid], "less reading the store")
     with gateway_writer.running(db, tmp_path):
         written = admin(db, "kv", "set", "ours", "1")
         assert written.returncode == 0, written.stderr
     look = TABLE.look(less_pid)
     assert look is not None and look.foreground and look.state != "T"
-    child.send("q")  # type: ignore[attr-defined]
-    child.expect_exact(PROMPT)  # type: ignore[attr-defined]
-    assert "Stopped" not in str(child.before)  # type: ignore[attr-defined]
+    child.send("q")
+    child.expect_exact(PROMPT)
+    assert "Stopped" not in str(child.before)
 
 
 def test_a_reader_with_the_store_open_read_only_is_not_a_live_writer(
@@ -221,6 +210,8 @@ def test_a_reader_with_the_store_open_read_only_is_not_a_live_writer(
         store = SqliteStorage(db)
         (seen,) = store.live_writers()
         assert seen.pid == reader.pid and seen.reads_only
+        if shutil.which("lsof"):  # where there is no /proc, lsof's access modes tell the same
+            assert LsofTable().reads_only(reader.pid, os.path.realpath(db))
         assert seen.as_dict()["not_paused"] == "it has the database open read-only"
         assert store.gate.writers() == []
         store.set("ours", "1")
