@@ -254,8 +254,16 @@ def recover(db: Path, table: ProcessTable | None = None) -> list[str]:
     """At the opening of a store: resume what a run of ours that died left stopped.
 
     One read of the lock file when there is nothing to do; the lock is taken
-    only when its ledger names an owner that is gone.
+    only when its ledger names an owner that is gone. Never an error: a lock
+    file that cannot be read is left for the next run to look at.
     """
+    try:
+        return _recover(db, table)
+    except OSError:
+        return []
+
+
+def _recover(db: Path, table: ProcessTable | None) -> list[str]:
     ledger = peek(db)
     if ledger is None or not ledger.frozen:
         return []
@@ -268,7 +276,10 @@ def recover(db: Path, table: ProcessTable | None = None) -> list[str]:
 
 def recover_locked(fd: int, table: ProcessTable) -> list[str]:
     """:func:`recover` with the lock held (``fd``, from :func:`gate_locked`)."""
-    ledger = Ledger.parse(os.pread(fd, READ_SIZE, 0))
+    try:
+        ledger = Ledger.parse(os.pread(fd, READ_SIZE, 0))
+    except OSError:
+        return []
     if ledger is None or not left_by_the_dead(ledger, table):
         return []
     notices = resume_leftovers(ledger, table)
