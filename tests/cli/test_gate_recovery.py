@@ -197,3 +197,27 @@ def test_a_process_someone_else_stopped_stays_stopped_and_status_says_so(
             assert TABLE.state(writer.pid) == "T"
         finally:
             os.kill(writer.pid, signal.SIGCONT)
+
+
+def test_a_process_someone_else_stopped_inside_its_write_is_waited_for_then_refused(
+    db: Path, tmp_path: Path
+) -> None:
+    """Stopped (not by us) while it holds the write lock: the write waits as for any busy
+    writer, then exit 6; the process is still left stopped."""
+    config = tmp_path / "triggerfish.yaml"
+    config.write_text("storage:\n  backend: sqlite\n  busy_timeout_ms: 300\n")
+    with gateway_writer.running(db, tmp_path, hold=0.05) as writer:
+        while True:  # stopped inside one of its write transactions
+            os.kill(writer.pid, signal.SIGSTOP)
+            wait_for(lambda: TABLE.stopped(writer.pid), "stopped")
+            if shm_lock_holder(db, SHM_WRITE_LOCK) == writer.pid:
+                break
+            os.kill(writer.pid, signal.SIGCONT)
+            time.sleep(0.01)
+        try:
+            write = admin(db, "--config", str(config), "kv", "set", "ours", "1")
+            assert write.returncode == 6, write.stderr
+            assert "nothing was written" in write.stderr and RESUMED not in write.stderr
+            assert TABLE.state(writer.pid) == "T"
+        finally:
+            os.kill(writer.pid, signal.SIGCONT)

@@ -188,8 +188,7 @@ def _rows(document: dict[str, Any]) -> dict[str, str]:
         )
     for number, note in enumerate(document["notes"], 1):
         rows[f"note {number}"] = note
-    for number, line in enumerate(document["resumed"], 1):
-        rows[f"resumed {number}"] = line
+    rows.update({f"resumed {n}": line for n, line in enumerate(document["resumed"], 1)})
     return rows
 
 
@@ -199,9 +198,7 @@ def _writer(writer: dict[str, Any]) -> str:
         text += f", STOPPED (state T: it cannot write or answer; kill -CONT {writer['pid']})"
     if not writer["may_signal"]:
         return text + f", cannot pause: {writer['why_not']}"
-    if writer["not_paused"]:
-        text += f", never paused: {writer['not_paused']}"
-    return text
+    return text + (f", never paused: {writer['not_paused']}" if writer["not_paused"] else "")
 
 
 def _daemon(daemon: dict[str, Any] | None) -> str:

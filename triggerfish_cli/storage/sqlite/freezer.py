@@ -131,6 +131,7 @@ class Freezer:
     def begin(self, cap: float) -> Freeze | None:
         """A new freeze holding the gate's lock file; None while another process of ours
         is freezing this store."""
+        self._watchdog_ready()  # before the cap's clock starts: a start takes tens of ms
         if not self._gate_lock():
             return None
         try:
