@@ -144,14 +144,18 @@ class LedgerFile:
 
     def take_over(self, table: ProcessTable) -> list[str]:
         """At the start of each freeze: resume what a dead run left stopped."""
-        data = os.pread(self.fd, READ_SIZE, 0)
+        try:
+            data = os.pread(self.fd, READ_SIZE, 0)
+        except OSError:
+            data = b""
         if self._written is None or data[1 : len(self._written)] != self._written[1:]:
             self._written = None
         ledger = Ledger.parse(data)
         if ledger is None or not left_by_the_dead(ledger, table):
             return []
         notices = resume_leftovers(ledger, table)
-        self.thawed()
+        with contextlib.suppress(OSError):
+            self.thawed()
         return notices
 
     def frozen(self, owner: Process, stopped: Sequence[Process]) -> None:
