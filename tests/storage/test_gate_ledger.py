@@ -220,3 +220,33 @@ def test_a_lock_file_that_is_a_link_is_refused_and_what_it_names_is_untouched(
     assert recover(db) == []  # the next run reads no ledger through it either
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT count(*) FROM kv WHERE key = 'ours'").fetchone()[0] == 0
+
+
+def test_a_run_already_going_resumes_what_a_dead_run_left_at_its_next_freeze(
+    db: Path, tmp_path: Path
+) -> None:
+    """A sweep running while another run of ours dies with its watchdog: the sweep's next
+    freeze resumes what that one left stopped (and writes beside a running writer)."""
+    store = SqliteStorage(db)
+    with gateway_writer.running(db, tmp_path) as writer:
+        store.set("before", "1")  # the gate's lock file exists, the freezes work
+        stopped_between_writes(db, writer.pid)
+        dead = subprocess.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        named = (writer.pid, TABLE.start_time(writer.pid) or 0)
+        Path(lock_path(db)).write_bytes(
+            Ledger(True, gate_ledger.boot_id(), (dead.pid, 1), (named,)).line()
+        )
+        try:
+            store.set("after", "1")
+            wait_for(lambda: TABLE.state(writer.pid) != "T", "running again")
+        finally:
+            os.kill(writer.pid, signal.SIGCONT)
+        notices = store.notices()
+        store.close()
+    assert len(notices) == 1 and notices[0].startswith(f"pid {writer.pid} (")
+    assert notices[0].endswith(
+        "left stopped by an earlier run of triggerfish-admin that died; resumed"
+    )
+    assert store.notices() == notices  # kept after close, for the CLI's last look
+    assert gateway_writer.report(tmp_path).fail == 0
