@@ -72,6 +72,9 @@ class StatusReport:
     memory_index: dict[str, Any] | None = None
     config_versions: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    #: What opening the store did beside reading it, also said on stderr: a process
+    #: that a run of ours that died had left stopped, resumed (gate_ledger.py).
+    resumed: list[str] = field(default_factory=list)
     #: The error of a store that does not exist (the command exits 7 with it).
     missing: MissingStoreError | None = field(default=None, repr=False)
 
@@ -95,6 +98,7 @@ class StatusReport:
             "memory_index": self.memory_index,
             "config_versions": self.config_versions,
             "notes": self.notes,
+            "resumed": self.resumed,
         }
 
 
@@ -134,6 +138,7 @@ def collect(
     report.newest_backup = _part(report, "backups", lambda: newest_backup(provider, backups))
     report.memory_index = _part(report, "memory index", lambda: memory_drift(provider))
     report.config_versions = _part(report, "config versions", lambda: config_versions(provider))
+    report.resumed = provider.notices()
     return report
 
 

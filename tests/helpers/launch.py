@@ -10,8 +10,11 @@ production code carries no test hooks::
 
 ``--pause MOD:FUNC=SECONDS`` sleeps before each call (a window to kill the
 process from the test), ``--kill-before MOD:FUNC`` and ``--kill-after
-MOD:FUNC`` SIGKILL the process just before or just after the first call.
-Tests build the command with :func:`command`.
+MOD:FUNC`` SIGKILL the process just before or just after the first call;
+``--hang-before MOD:FUNC=PATH`` writes PATH and sleeps for ever at the first
+call (a moment the test waits for, then kills the process in);
+``--set MOD:NAME=NUMBER`` sets a module's constant (the write gate's
+``DEADLINE``). Tests build the command with :func:`command`.
 """
 
 from __future__ import annotations
@@ -57,6 +60,18 @@ def _pause(seconds: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     return make
 
 
+def _hang_before(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def hung(*args: Any, **kwargs: Any) -> Any:
+            Path(path).write_text(str(os.getpid()))
+            while True:
+                time.sleep(60)
+
+        return hung
+
+    return make
+
+
 def _kill_before(original: Callable[..., Any]) -> Callable[..., Any]:
     def killed(*args: Any, **kwargs: Any) -> Any:
         _kill()
@@ -87,6 +102,13 @@ def main(argv: list[str]) -> None:
             _wrap(spec, _kill_before)
         elif option == "--kill-after":
             _wrap(spec, _kill_after)
+        elif option == "--hang-before":
+            target, _, path = spec.partition("=")
+            _wrap(target, _hang_before(path))
+        elif option == "--set":
+            target, _, value = spec.partition("=")
+            module_name, _, name = target.partition(":")
+            setattr(importlib.import_module(module_name), name, float(value))
         else:
             raise SystemExit(f"launch.py: unknown hook {option}")
     from triggerfish_cli.cli.app import main as cli_main

@@ -75,7 +75,16 @@ def test_live_writers_names_each_process_with_the_store_open(db: Path, tmp_path:
         assert found.pid == writer.pid and found.may_signal
         assert "gateway_writer.py" in found.command and found.user == "root"
         assert found.start == TABLE.start_time(writer.pid)
-        assert set(found.as_dict()) == {"pid", "command", "user", "may_signal", "why_not"}
+        assert set(found.as_dict()) == {
+            "pid",
+            "command",
+            "user",
+            "may_signal",
+            "why_not",
+            "stopped",
+            "not_paused",
+        }
+        assert not found.stopped and found.not_paused() is None
     assert live_writers(db) == []
 
 

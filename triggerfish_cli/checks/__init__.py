@@ -20,6 +20,10 @@ measured and its limits. The checks:
 - ``backup_destination``: the destination can be reached: a local directory
   that exists and that we may write into, or an S3 prefix we can list
   (CRITICAL when unreachable; UNKNOWN for any other error).
+- ``live_writers``: CRITICAL when a live writer of the SQLite store is
+  stopped (state T), WARNING when this very check resumed one that a run of
+  ours that died had left stopped (storage/sqlite/gate_ledger.py); no finding
+  otherwise.
 
 A limit is ``WARN[:CRIT]``: durations in the project's grammar (``26h:50h``,
 ``timespec``), sizes (``64MiB:256MiB``), counts (``0:100``). A value above

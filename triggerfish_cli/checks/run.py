@@ -21,6 +21,7 @@ from triggerfish_cli.checks.limits import (
     SEVERITY,
     SIZE,
     UNKNOWN,
+    WARNING,
     Limit,
     Thresholds,
     show,
@@ -183,7 +184,22 @@ def run_checks(
         findings.append(_index_drift(limit, report, notes))
     if (limit := on.get("config_versions")) is not None:
         findings.append(_config_versions(limit, report, notes))
+    findings += _live_writers(report)
     return CheckReport(findings, store)
+
+
+def _live_writers(report: Any) -> list[Finding]:
+    """CRITICAL for a live writer stopped (state T: the gateway answers nothing); WARNING
+    when this check resumed one that a run of ours that died had left stopped. Nothing
+    (no finding) otherwise."""
+    stopped = [w for w in report.live_writers or [] if w.get("stopped")]
+    if stopped:
+        who = "; ".join(f"pid {w['pid']} ({w['user']}: {w['command']})" for w in stopped)
+        message = f"stopped (state T), so not writing or answering: {who}; kill -CONT to resume"
+        return [Finding("live_writers", CRITICAL, message)]
+    if report.resumed:
+        return [Finding("live_writers", WARNING, "; ".join(report.resumed))]
+    return []
 
 
 def _note(notes: Sequence[str], part: str) -> str | None:

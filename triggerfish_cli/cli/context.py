@@ -44,6 +44,8 @@ class AppState:
     totals: bool | None = None
     _settings: Settings | None = None
     _providers: list[Any] = field(default_factory=list)
+    #: How many notices of each provider (by id) were printed.
+    _told: dict[int, int] = field(default_factory=dict)
 
     @property
     def owns_process(self) -> bool:
@@ -88,6 +90,7 @@ class AppState:
 
         provider = open_provider(self.storage_config(), create=create)
         self._providers.append(provider)
+        self.tell(provider)
         return provider
 
     def opened(self) -> StorageProvider | None:
@@ -97,11 +100,27 @@ class AppState:
     def keep(self, provider: StorageProvider) -> StorageProvider:
         """Close ``provider`` (opened by the command) when the command ends, with the rest."""
         self._providers.append(provider)
+        self.tell(provider)
         return provider
+
+    def tell(self, provider: StorageProvider) -> None:
+        """Warn on stderr of what ``provider`` noted since the last look (its notices: a
+        process that a run of ours that died had left stopped, resumed)."""
+        notices = provider.notices()
+        told = self._told.get(id(provider), 0)
+        if len(notices) > told:
+            out = self.output()
+            for notice in notices[told:]:
+                out.warn(notice)
+            self._told[id(provider)] = len(notices)
 
     def close(self) -> None:
         while self._providers:
-            self._providers.pop().close()
+            provider = self._providers.pop()
+            try:
+                provider.close()
+            finally:
+                self.tell(provider)
 
     def output(self, fmt: str | None = None, quiet: bool | None = None) -> Output:
         # lazy: cli.output adds 19 modules to `--help`

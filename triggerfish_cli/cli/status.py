@@ -19,7 +19,8 @@ HELP = (
     "was chosen (--db, an environment variable, the storage: section, or the gateway's "
     "default: TRIGGERFISH_DATA_DIR, Docker's /data, ~/.triggerfish), whether it exists, "
     "its id; on SQLite its size, WAL size, journal mode and the live writers (pid, "
-    "command, user, whether we may pause them); the gateway daemon (<base>/daemon.json); "
+    "command, user, whether we may pause them, whether one is stopped); the gateway "
+    "daemon (<base>/daemon.json); "
     "the last sweep and backup recorded in the store, the newest backup of this store in "
     "the default destination, memory index drift (counts) and the config versions held. "
     "--format json for monitoring. Exit 7 when the store does not exist.\n\n"
@@ -27,7 +28,8 @@ HELP = (
     "newest verified backup of this store (--backup-age), the time since the last "
     "successful sweep (--sweep-age), the WAL size (--wal-size), memory index drift "
     "(--index-drift), the config versions held (--config-versions, alerting when fewer) "
-    "and that the backup destination can be reached (--backups, --endpoint-url). Limits "
+    "and that the backup destination can be reached (--backups, --endpoint-url); a live "
+    "writer stopped (state T) is CRITICAL. Limits "
     "are WARN[:CRIT] (26h:50h, 64MiB:256MiB, 0:100) or off, from the flags, else the "
     "checks: section of triggerfish.yaml, else the defaults (backup and sweep 26h:50h, "
     "WAL 64MiB:256MiB, drift 0:100, config versions 1). It prints a status line "
@@ -164,14 +166,7 @@ def _rows(document: dict[str, Any]) -> dict[str, str]:
         )
     writers = document["live_writers"]
     if writers is not None:
-        rows["live writers"] = (
-            "; ".join(
-                f"pid {w['pid']} ({w['user']}: {w['command']})"
-                + ("" if w["may_signal"] else f", cannot pause: {w['why_not']}")
-                for w in writers
-            )
-            or "none"
-        )
+        rows["live writers"] = "; ".join(_writer(w) for w in writers) or "none"
     rows["daemon"] = _daemon(document["daemon"])
     rows["last sweep"] = _audit(document["last_sweep"])
     rows["last backup"] = _audit(document["last_backup"])
@@ -193,7 +188,17 @@ def _rows(document: dict[str, Any]) -> dict[str, str]:
         )
     for number, note in enumerate(document["notes"], 1):
         rows[f"note {number}"] = note
+    rows.update({f"resumed {n}": line for n, line in enumerate(document["resumed"], 1)})
     return rows
+
+
+def _writer(writer: dict[str, Any]) -> str:
+    text = f"pid {writer['pid']} ({writer['user']}: {writer['command']})"
+    if writer["stopped"]:
+        text += f", STOPPED (state T: it cannot write or answer; kill -CONT {writer['pid']})"
+    if not writer["may_signal"]:
+        return text + f", cannot pause: {writer['why_not']}"
+    return text + (f", never paused: {writer['not_paused']}" if writer["not_paused"] else "")
 
 
 def _daemon(daemon: dict[str, Any] | None) -> str:

@@ -178,6 +178,9 @@ class BaseStorage(ABC):
         """What the write gate did so far (SQLite); None where there is none."""
         return None
 
+    def notices(self) -> builtins.list[str]:
+        return []
+
     @property
     def write_gate(self) -> WriteGate | None:
         return None

@@ -224,6 +224,12 @@ class StorageProvider(Protocol):
         """What the write gate did so far (SQLite); None where there is none."""
         ...
 
+    def notices(self) -> builtins.list[str]:
+        """Every line so far the operator should read on stderr about what opening and
+        writing the store did beside the work (SQLite: a process that a run of ours that
+        died had left stopped, resumed); empty for most stores."""
+        ...
+
     @property
     def write_gate(self) -> WriteGate | None:
         """The write gate every write transaction passes (SQLite: it pauses the live

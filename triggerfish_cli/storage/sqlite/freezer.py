@@ -9,7 +9,11 @@ debugger), never one whose pid now belongs to another process (its start time
 is checked), never us or the watchdog. Before the first stop it starts the
 watchdog (:mod:`watchdog`), which resumes everything if we die or a freeze
 outlasts its deadline, and each freeze holds a lock file beside the store so
-that two processes of ours never freeze at the same time.
+that two processes of ours never freeze at the same time. In that file each
+freeze records what it stops before stopping it (:mod:`gate_ledger`), for the
+next run should we die with the watchdog. It never stops the foreground job of
+a terminal (an operator's ``sqlite3``: its shell would take the terminal back)
+nor a process that has the database open read-only.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from triggerfish_cli import threads
 from triggerfish_cli.errors import BusyError
 from triggerfish_cli.fileio import open_lock_file
+from triggerfish_cli.storage.sqlite.gate_ledger import LedgerFile, Process, lock_path
 from triggerfish_cli.storage.sqlite.gate_stats import GateStats
 from triggerfish_cli.storage.sqlite.live_writers import (
     GONE,
@@ -85,6 +90,8 @@ class Freeze:
         #: When every writer was seen stopped: a writer inside a system call (its
         #: fsync) goes on until it returns, and was not paused before.
         self.all_stopped: float | None = None
+        #: The ledger names what it stops (gate_ledger.py).
+        self.recorded = False
 
 
 class Freezer:
@@ -103,15 +110,21 @@ class Freezer:
         self._lock_fd: int | None = None
         #: The pids of the last scan: a pid not among them is looked at as a late opener.
         self._known: set[int] = set()
+        #: What each freeze stopped, in the lock file (gate_ledger.py); None: no lock file.
+        self._ledger: LedgerFile | None = None
+        self._me: Process | None = None
+        #: Processes a run of ours that died had left stopped, resumed (one line each).
+        self.notices: list[str] = []
 
     def writers(self) -> list[LiveWriter]:
-        """The other processes that have the store open (a scan of /proc: never while frozen)."""
+        """The other processes that have the store open and may write it (a scan of /proc:
+        never while frozen); one that has the database open read-only cannot."""
         if self.table is not None:
             self._known = self.table.pids()
         found = [
             writer
             for writer in live_writers(self.db, self.table)
-            if self.watchdog is None or writer.pid != self.watchdog.pid
+            if (self.watchdog is None or writer.pid != self.watchdog.pid) and not writer.reads_only
         ]
         self.stats.writers.update(writer.pid for writer in found)
         return found
@@ -119,8 +132,16 @@ class Freezer:
     def begin(self, cap: float) -> Freeze | None:
         """A new freeze holding the gate's lock file; None while another process of ours
         is freezing this store."""
+        self._watchdog_ready()  # before the cap's clock starts: a start takes tens of ms
         if not self._gate_lock():
             return None
+        try:
+            ledger = self._ledger_file()
+            if ledger is not None and self.table is not None:
+                self.notices += ledger.take_over(self.table)
+        except BaseException:
+            self._release_gate_lock()
+            raise
         return Freeze(time.monotonic(), cap)
 
     def stop(self, freeze: Freeze, writers: Sequence[LiveWriter]) -> bool:
@@ -128,19 +149,22 @@ class Freezer:
         assert self.table is not None
         targets = []
         for writer in writers:
-            state, start = self.table.status(writer.pid)
-            if writer.start and start != writer.start:
+            look = self.table.look(writer.pid)
+            if look is None or (writer.start and look.start != writer.start):
                 continue  # gone, or the pid now belongs to another process
-            if state is None or state in STOPPED or state in GONE:
+            if look.state in STOPPED or look.state in GONE:
                 continue  # gone, or stopped by someone else: theirs to resume, not ours
+            if look.foreground or writer.reads_only:
+                continue  # an operator's job at a terminal, or a reader: never paused
             targets.append(writer)
         if not targets:
             return True
         watchdog = self._watchdog_ready()
-        watchdog.guard(
-            freeze.started + self.deadline,
-            [(writer.pid, writer.start) for writer in (*freeze.stopped, *targets)],
-        )
+        processes = [(writer.pid, writer.start) for writer in (*freeze.stopped, *targets)]
+        if self._ledger is not None:
+            self._ledger.frozen(self._owner(), processes)
+            freeze.recorded = True
+        watchdog.guard(freeze.started + self.deadline, processes)
         for writer in targets:
             try:
                 os.kill(writer.pid, signal.SIGSTOP)
@@ -172,7 +196,7 @@ class Freezer:
         new = set(self.table.openers(candidates, store_files(self.db))) if candidates else set()
         if not new:
             return []
-        late = [writer_of(self.table, pid) for pid in sorted(new)]
+        late = [writer_of(self.table, pid, self.db) for pid in sorted(new)]
         if self.watchdog is not None:
             late = [writer for writer in late if writer.pid != self.watchdog.pid]
         if any(not writer.may_signal for writer in late):
@@ -207,6 +231,9 @@ class Freezer:
         if freeze.stopped and self.watchdog is not None:
             with contextlib.suppress(OSError, ValueError):
                 self.watchdog.released()
+        if freeze.recorded and self._ledger is not None:
+            with contextlib.suppress(OSError):
+                self._ledger.thawed()
 
     def end(self, freeze: Freeze) -> None:
         """Resume everyone and let go of the gate's lock file."""
@@ -231,11 +258,23 @@ class Freezer:
                 ) from None
         return self.watchdog
 
+    def _ledger_file(self) -> LedgerFile | None:
+        """The ledger in the lock file (None where there is none: a read-only directory)."""
+        if self._ledger is None and self._lock_fd is not None:
+            self._ledger = LedgerFile(self._lock_fd, lock_path(self.db))
+        return self._ledger
+
+    def _owner(self) -> Process:
+        """This process, as the ledger names it (pid, start time)."""
+        if self._me is None or self._me[0] != os.getpid():
+            assert self.table is not None
+            self._me = (os.getpid(), self.table.start_time(os.getpid()) or 0)
+        return self._me
+
     def _gate_lock(self) -> bool:
         if self._lock_fd is None:
-            path = os.path.realpath(self.db) + "-tfadmin-gate.lock"
             try:
-                self._lock_fd = open_lock_file(Path(path))  # a link: refused (exit 4)
+                self._lock_fd = open_lock_file(Path(lock_path(self.db)))  # a link: refused (exit 4)
             except OSError:
                 return True  # a read-only directory: no other process of ours can write either
         try:
@@ -257,3 +296,4 @@ class Freezer:
             with contextlib.suppress(OSError):
                 os.close(self._lock_fd)
             self._lock_fd = None
+        self._ledger = None

@@ -18,10 +18,12 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from triggerfish_cli.storage.sqlite.lock_table import lock_holders, marks_read, posix_locks
 
 #: SQLite's lock bytes in the -shm file: the WAL write lock, and the "dead man
 #: switch" every connection holds a shared lock on while it has the file open.
@@ -29,10 +31,6 @@ SHM_WRITE_LOCK = 120
 #: The checkpoint lock: one connection at a time runs a checkpoint.
 SHM_CKPT_LOCK = 121
 SHM_DMS_LOCK = 128
-#: SQLite's WAL read-mark locks (WAL_READ_LOCK(0..4)): a connection holds one of
-#: them, shared, for as long as it has a read snapshot (a read transaction, or
-#: an autocommitted write between taking its snapshot and the write lock).
-SHM_READ_LOCKS = range(123, 128)
 STOPPED = frozenset("Tt")
 GONE = frozenset("ZX")
 _FLOCK = struct.Struct("hhqqi4x")  # struct flock on Linux (x86_64, aarch64)
@@ -49,9 +47,28 @@ class LiveWriter:
     user: str
     may_signal: bool
     why_not: str | None = None
+    #: Its state letter when looked at (``T``: stopped); None unknown.
+    state: str | None = None
+    #: The foreground job of a terminal (:class:`Look`), or a process whose every
+    #: descriptor of the database file is read-only (``less``, ``sqlite3 -readonly``):
+    #: our writes never pause either.
+    foreground: bool = False
+    reads_only: bool = False
 
     def label(self) -> str:
         return f"pid {self.pid} ({self.user}: {self.command})"
+
+    @property
+    def stopped(self) -> bool:
+        return self.state is not None and self.state in STOPPED
+
+    def not_paused(self) -> str | None:
+        """Why our writes never pause it, though we may signal it (None: they do)."""
+        if self.reads_only:
+            return "it has the database open read-only"
+        if self.foreground:
+            return "the foreground job of a terminal"
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -60,7 +77,23 @@ class LiveWriter:
             "user": self.user,
             "may_signal": self.may_signal,
             "why_not": self.why_not,
+            "stopped": self.stopped,
+            "not_paused": self.not_paused(),
         }
+
+
+@dataclass(frozen=True)
+class Look:
+    """What one read of a process's ``stat`` tells the write gate."""
+
+    state: str
+    #: Clock ticks since boot (``/proc/<pid>/stat`` field 22); 0 unknown.
+    start: int
+    #: The foreground job of a terminal that a job-control shell manages: its
+    #: process group is the terminal's foreground group and not the session's
+    #: own (a shell's job). Stopped, its shell would say "Stopped", take the
+    #: terminal back and leave it in the background when resumed.
+    foreground: bool
 
 
 def store_files(db: Path) -> list[str]:
@@ -104,7 +137,7 @@ class ProcessTable:
                 return None
             self._fds[(pid, shm)] = fd  # type: ignore[assignment]
         lines = [line[5:] for line in text.splitlines() if line.startswith("lock:")]
-        return any(_marks_read(lock) for lock in _posix_locks(lines) if not lock.waiting)
+        return any(marks_read(lock) for lock in posix_locks(lines) if not lock.waiting)
 
     @staticmethod
     def _fdinfo(pid: int, fd: str, inode: int) -> str | None:
@@ -161,12 +194,31 @@ class ProcessTable:
         fields = self._stat(f"/proc/{pid}/stat")
         return fields[0] if fields else None
 
-    def status(self, pid: int) -> tuple[str | None, int | None]:
-        """(state, start time) of ``pid`` from one read; (None, None) when it is gone."""
+    def look(self, pid: int) -> Look | None:
+        """State, start time and terminal of ``pid`` from one read; None when it is gone."""
         fields = self._stat(f"/proc/{pid}/stat")
-        if not fields:
-            return None, None
-        return fields[0], int(fields[19]) if len(fields) > 19 else None
+        if not fields or len(fields) <= 19:
+            return None
+        # state, ppid, pgrp, session, tty_nr, tpgid, ... (proc(5))
+        pgrp, session, tty, tpgid = fields[2:6]
+        foreground = tty != "0" and tpgid == pgrp and pgrp != session
+        return Look(fields[0], int(fields[19]), foreground)
+
+    def reads_only(self, pid: int, db: str) -> bool:
+        """Every descriptor ``pid`` has on the file ``db`` is open read-only (False when
+        it has none, or they cannot be read)."""
+        try:
+            inode = os.stat(db).st_ino
+            modes = [self._access(pid, fd, inode) for fd in _descriptors_of(pid, {db})]
+        except OSError:
+            return False
+        return bool(modes) and all(mode == os.O_RDONLY for mode in modes)
+
+    def _access(self, pid: int, fd: str, inode: int) -> int:
+        """``O_RDONLY``, ``O_WRONLY`` or ``O_RDWR``: how descriptor ``fd`` was opened."""
+        text = self._fdinfo(pid, fd, inode)
+        flags = next((line for line in (text or "").splitlines() if line[:6] == "flags:"), "")
+        return int(flags[6:].strip() or "2", 8) & os.O_ACCMODE  # unknown: read-write
 
     def stopped(self, pid: int) -> bool:
         """Every thread of ``pid`` stopped (or gone)."""
@@ -216,31 +268,6 @@ class ProcessTable:
         return data[end + 2 :].decode("ascii", "replace").split() if end >= 0 else None
 
 
-def lock_holders(targets: Sequence[str]) -> set[int] | None:
-    """Pids holding a POSIX lock on the store's files, from ``/proc/locks`` (Linux).
-
-    None when that cannot tell who has the store open: no ``-shm`` file (the
-    store is not in WAL mode, or nobody has it open) or no ``/proc/locks``.
-    Locks of processes in other PID namespaces are not listed there (the -shm
-    probe of :func:`live_writers` finds those).
-    """
-    inodes = set()
-    for path in targets:
-        try:
-            info = os.stat(path)
-        except OSError:
-            if path.endswith("-shm"):
-                return None
-            continue
-        inodes.add((os.major(info.st_dev), os.minor(info.st_dev), info.st_ino))
-    try:
-        with open("/proc/locks", encoding="ascii", errors="replace") as handle:
-            lines = handle.read().splitlines()
-    except OSError:
-        return None
-    return {lock.pid for lock in _posix_locks(lines) if lock.file in inodes and lock.pid > 0}
-
-
 def shm_readers(db: Path) -> set[int] | None:
     """Pids holding one of SQLite's read-mark locks of the store's -shm (a read snapshot).
 
@@ -257,60 +284,23 @@ def shm_readers(db: Path) -> set[int] | None:
     inode = (os.major(info.st_dev), os.minor(info.st_dev), info.st_ino)
     return {
         lock.pid
-        for lock in _posix_locks(lines)
-        if not lock.waiting and lock.file == inode and lock.pid > 0 and _marks_read(lock)
+        for lock in posix_locks(lines)
+        if not lock.waiting and lock.file == inode and lock.pid > 0 and marks_read(lock)
     }
 
 
-@dataclass(frozen=True)
-class _Lock:
-    """One POSIX lock of a lock table (``/proc/locks``, or the ``lock:`` lines of fdinfo)."""
-
-    pid: int
-    #: (device major, device minor, inode) of the locked file.
-    file: tuple[int, int, int]
-    start: int
-    #: None: to the end of the file.
-    end: int | None
-    #: Asked for, not held ("->" in the table).
-    waiting: bool
-
-
-def _posix_locks(lines: Iterable[str]) -> Iterator[_Lock]:
-    """The POSIX locks in lines of a lock table; other kinds and odd lines skipped."""
-    for line in lines:
-        # "3: POSIX  ADVISORY  READ 27899 fe:00:2146530 128 128"; a waiter: "3: -> POSIX ..."
-        words = line.split()
-        waiting = "->" in words
-        if waiting:
-            words.remove("->")
-        if len(words) < 8 or words[1] != "POSIX":
-            continue
-        try:
-            major, minor, inode = words[5].split(":")
-            file = (int(major, 16), int(minor, 16), int(inode))
-            pid, start = int(words[4]), int(words[6])
-            end = None if words[7] == "EOF" else int(words[7])
-        except ValueError:
-            continue
-        yield _Lock(pid, file, start, end, waiting)
-
-
-def _marks_read(lock: _Lock) -> bool:
-    """The lock covers one of SQLite's read-mark bytes of a -shm file (a read snapshot)."""
-    first, last = SHM_READ_LOCKS[0], SHM_READ_LOCKS[-1]
-    return lock.start <= last and (lock.end is None or lock.end >= first)
-
-
-def _descriptor_of(pid: int, paths: set[str]) -> str | None:
-    """A descriptor of ``pid`` open on one of ``paths`` (PermissionError: not ours to read)."""
+def _descriptors_of(pid: int, paths: set[str]) -> Iterator[str]:
+    """The descriptors of ``pid`` open on one of ``paths`` (PermissionError: not ours to read)."""
     for fd in os.listdir(f"/proc/{pid}/fd"):
         try:
             if os.readlink(f"/proc/{pid}/fd/{fd}") in paths:
-                return fd
+                yield fd
         except OSError:
             continue  # closed meanwhile
-    return None
+
+
+def _descriptor_of(pid: int, paths: set[str]) -> str | None:
+    return next(_descriptors_of(pid, paths), None)
 
 
 class LsofTable(ProcessTable):
@@ -330,14 +320,27 @@ class LsofTable(ProcessTable):
 
     def start_time(self, pid: int) -> int | None:
         out = _run(["ps", "-o", "lstart=", "-p", str(pid)]).strip()
-        return (hash(out) & 0x7FFFFFFF) or 1 if out else None
+        return _stable_number(out) if out else None
 
     def state(self, pid: int) -> str | None:
         out = _run(["ps", "-o", "stat=", "-p", str(pid)]).strip()
         return out[:1] or None
 
-    def status(self, pid: int) -> tuple[str | None, int | None]:
-        return self.state(pid), self.start_time(pid)
+    def look(self, pid: int) -> Look | None:
+        """From ``ps``'s STAT: ``+`` in the foreground group of its terminal, ``s`` a
+        session leader (a foreground process that is not one is taken for a job)."""
+        stat, _, started = (
+            _run(["ps", "-o", "stat=,lstart=", "-p", str(pid)]).strip().partition(" ")
+        )
+        if not stat:
+            return None
+        return Look(stat[0], _stable_number(started.strip()), "+" in stat and "s" not in stat)
+
+    def reads_only(self, pid: int, db: str) -> bool:
+        """From lsof's access mode of each descriptor (``r``, ``w``, ``u``)."""
+        out = _run(["lsof", "-a", "-p", str(pid), "-F", "a", "--", db])
+        modes = [line[1:] for line in out.splitlines() if line[:1] == "a"]
+        return bool(modes) and all(mode == "r" for mode in modes)
 
     def stopped(self, pid: int) -> bool:
         state = self.state(pid)
@@ -356,6 +359,14 @@ def _run(command: list[str]) -> str:
     except (OSError, subprocess.TimeoutExpired):
         return ""
     return result.stdout
+
+
+def _stable_number(text: str) -> int:
+    """A start time for a ``ps`` start date: the same in every process (not ``hash()``)."""
+    # lazy: zlib (0.5 ms) only where there is no /proc
+    import zlib
+
+    return zlib.crc32(text.encode()) or 1
 
 
 def _user_name(uid: int) -> str:
@@ -441,7 +452,7 @@ def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter
     seen: set[int] = set()
     if table is not None:
         for pid in sorted(table.openers(table.pids(), store_files(db))):
-            found.append(writer_of(table, pid))
+            found.append(writer_of(table, pid, db))
             seen.add(pid)
     holder = shm_lock_holder(db, SHM_DMS_LOCK)
     if holder == 0:
@@ -457,14 +468,20 @@ def live_writers(db: Path, table: ProcessTable | None = None) -> list[LiveWriter
         )
     elif holder is not None and holder != os.getpid() and holder not in seen:
         # It holds the store's lock, but its open files are not ours to read.
-        found.append(writer_of(table, holder) if table is not None else _unseen(holder))
+        found.append(writer_of(table, holder, db) if table is not None else _unseen(holder))
     return found
 
 
-def writer_of(table: ProcessTable, pid: int) -> LiveWriter:
+def writer_of(table: ProcessTable, pid: int, db: Path) -> LiveWriter:
     command, _, user = table.describe(pid)
     may, why = _may_signal(pid)
-    return LiveWriter(pid, table.start_time(pid) or 0, command[:300], user, may, why)
+    look = table.look(pid)
+    reads_only = table.reads_only(pid, store_files(db)[0])
+    if look is None:
+        return LiveWriter(pid, 0, command[:300], user, may, why, reads_only=reads_only)
+    return LiveWriter(
+        pid, look.start, command[:300], user, may, why, look.state, look.foreground, reads_only
+    )
 
 
 def _unseen(pid: int) -> LiveWriter:

@@ -23,8 +23,9 @@ from triggerfish_cli.storage.base import BaseStorage
 from triggerfish_cli.storage.batching import BatchSizer
 from triggerfish_cli.storage.provider import batched
 from triggerfish_cli.storage.sqlite.files import create_store, open_file
+from triggerfish_cli.storage.sqlite.gate_ledger import gate_locked, recover, recover_locked
 from triggerfish_cli.storage.sqlite.gate_modes import mode_for
-from triggerfish_cli.storage.sqlite.live_writers import LiveWriter, live_writers
+from triggerfish_cli.storage.sqlite.live_writers import LiveWriter, live_writers, process_table
 from triggerfish_cli.storage.sqlite.sql import (
     DEFAULT_BUSY_TIMEOUT_MS,
     MMAP_SIZE,
@@ -36,6 +37,10 @@ from triggerfish_cli.storage.sqlite.sql import (
     translate_error,
 )
 from triggerfish_cli.storage.sqlite.write_gate import WriteGate, retried
+
+#: How long ``live_writers`` waits for the write gate's lock to see a stopped writer
+#: with no freeze of ours going (a freeze lasts at most its watchdog's 0.3 s).
+STOPPED_WAIT = 2.0
 
 
 class SqliteSession(BaseStorage):
@@ -65,6 +70,8 @@ class SqliteSession(BaseStorage):
         self._conn = opened.conn
         #: Only readable here: a read-only file or file system (or ``read_only``).
         self.read_only = opened.read_only
+        #: Processes a run of ours that died had left stopped, resumed (gate_ledger.py).
+        self._notices: builtins.list[str] = [] if opened.fresh else recover(self.path)
         if opened.fresh:  # asked to make the store: its table, through the write gate
             try:
                 self.write(create_store, "create the store")
@@ -96,8 +103,27 @@ class SqliteSession(BaseStorage):
         return self.gate
 
     def live_writers(self) -> builtins.list[LiveWriter]:
-        """The other processes that have the store open (the gateway's daemon and CLI)."""
-        return live_writers(self.path)
+        """The other processes that have the store open (the gateway's daemon and CLI).
+
+        A writer seen stopped is looked at again holding the write gate's lock,
+        when no run of ours is pausing it for a write: stopped then, someone
+        else stopped it (Ctrl-Z, a debugger), or a run of ours that died did
+        (resumed here, and noted).
+        """
+        found = live_writers(self.path)
+        if not any(writer.stopped for writer in found):
+            return found
+        with gate_locked(self.path, wait=STOPPED_WAIT) as fd:
+            table = process_table()
+            if fd is not None and table is not None:
+                self._notices += recover_locked(fd, table)
+            return live_writers(self.path, table)
+
+    def notices(self) -> builtins.list[str]:
+        """What this store's opening and writes did beside their work that the operator
+        should hear of: processes a run of ours that died had left stopped, resumed."""
+        gate = [] if self._gate is None else self._gate.freezer.notices
+        return [*self._notices, *gate]
 
     def atomic_loads(self) -> bool:
         """One transaction for a whole load, unless live writers must be paused for it
@@ -113,6 +139,7 @@ class SqliteSession(BaseStorage):
             self._conn.close()
             self._conn = None
         if self._gate is not None:
+            self._notices += self._gate.freezer.notices
             self._gate.close()
             self._gate = None
         kept_files.release()  # descriptors read beside SQLite, now that its locks are gone

@@ -98,6 +98,9 @@ READ_GRACE = 0.05
 #: making room in the WAL and the freeze (the room is made again, then it goes on).
 ROOM_TRIES = 2
 
+#: How long a freeze may last before the watchdog ends it by itself (seconds).
+DEADLINE = 0.3
+
 #: How often a transaction cut short is tried again before giving up: a cut is
 #: usually a hiccup (our process descheduled on a loaded machine), not its size.
 ATTEMPTS = 3
@@ -135,7 +138,7 @@ class WriteGate:
         *,
         busy_timeout_ms: int = 5000,
         cap: float = 0.08,
-        deadline: float = 0.3,
+        deadline: float | None = None,
         stop_timeout: float = 0.05,
         rest_ratio: float = 2.5,
         min_rest: float = 0.01,
@@ -145,14 +148,14 @@ class WriteGate:
         self.mode = check_mode(mode)
         self.busy_timeout_ms = busy_timeout_ms
         self.cap = cap
-        self.deadline = deadline
+        self.deadline = DEADLINE if deadline is None else deadline
         self.stop_timeout = stop_timeout
         self.rest_ratio = rest_ratio
         self.min_rest = min_rest
         self.patience = busy_timeout_ms / 1000 if patience is None else patience
         self.stats = GateStats()
         #: Who has the store open, and the stopping and resuming of them.
-        self.freezer = Freezer(db, self.stats, deadline=deadline, stop_timeout=stop_timeout)
+        self.freezer = Freezer(db, self.stats, deadline=self.deadline, stop_timeout=stop_timeout)
         #: Our side of the WAL around each transaction: short, restarted, checkpointed.
         self.wal = WalUpkeep(db, self.stats)
         self._resumed_at = 0.0
