@@ -18,11 +18,17 @@ And, for the record (issue 15, no target): a PUBLIC search for a word that
 only RESTRICTED memories hold (30,000 of them, in a store of their own)
 against one for a word that no memory holds.
 
+Issue 35: a search whose hit is one 10 MB memory (``--long-mb``) among 2,000
+short ones, for a common word (every sentence of it holds "the", no short
+one does) and for a word only at its end: median and spread of ``--repeat``
+runs (target: under 2 s; FTS5's snippet() of the whole row took minutes to
+hours).
+
 Queries are words taken from random stored memories, so every query matches
 at least one record and common words come up as often as they occur.
 
     python bench/bench_memory.py [--queries 60] [--skip-reindex] [--memories N]
-        [--hidden 30000] [--repeat 30]
+        [--hidden 30000] [--repeat 30] [--long-mb 10]
 """
 
 from __future__ import annotations
@@ -270,6 +276,71 @@ def bench_hidden_word(hidden: int, repeat: int) -> None:
         Path(str(path) + suffix).unlink(missing_ok=True)
 
 
+def bench_long_memory(megabytes: int, repeat: int) -> None:
+    """A search whose hit is one long memory (issue 35): linear, not quadratic."""
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import keys as memory_keys
+    from triggerfish_cli.memory import records as memory
+    from triggerfish_cli.serialization import dumps
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.sql import MEMORY_FTS_SQL, MEMORY_META_SQL
+
+    DATA.mkdir(parents=True, exist_ok=True)
+    path = DATA / f"memory-long-{megabytes}mb.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+    rng = random.Random(7)
+    words = "the deploy server database backup meeting invoice customer report".split()
+    sentences: list[str] = []
+    size = 0
+    while size < megabytes * 1_000_000:
+        sentences.append(" ".join(rng.choices(words, k=11)).capitalize() + ". ")
+        size += len(sentences[-1])
+    long_text = "".join(sentences) + "The zanzibarite is at the very end."
+    raw = sqlite3.connect(path, isolation_level=None)
+    raw.execute("CREATE TABLE kv (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+    raw.execute(MEMORY_FTS_SQL)
+    raw.execute(MEMORY_META_SQL)
+    raw.execute("BEGIN")
+    for n in range(2001):
+        short = " ".join(rng.choices(words[1:], k=30))  # never "the"
+        key, text = (f"m{n:05}", short) if n else ("long", long_text)
+        record = {
+            "key": key, "agentId": "main-session", "classification": "PUBLIC", "content": text,
+            "tags": [], "createdAt": "2026-11-01T00:00:00.000Z",
+            "updatedAt": "2026-11-01T00:00:00.000Z", "expired": False,
+        }  # fmt: skip
+        value = dumps(record)
+        raw.execute(
+            "INSERT INTO kv VALUES (?, ?)",
+            (memory_keys.storage_key("main-session", Level.PUBLIC, key), value),
+        )
+        raw.execute(
+            "INSERT INTO memory_fts (agent_id, classification, key, content, tags) "
+            "VALUES ('main-session', 'PUBLIC', ?, ?, '')",
+            (key, text),
+        )
+        raw.execute("INSERT INTO memory_meta VALUES ('main-session', 'PUBLIC', ?, ?)", (key, value))
+    raw.execute("COMMIT")
+    raw.close()
+    provider = SqliteStorage(path)
+    for word in ("the", "zanzibarite"):
+        spent: list[float] = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            result = memory.search(provider, word, taint=Level.PUBLIC, agent=None, limit=10)
+            spent.append(time.perf_counter() - started)
+            assert "long" in [hit.record.key for hit in result.hits]
+        print(
+            f"search for {word!r} hitting a {len(long_text) / 1e6:.1f} MB memory ({repeat} runs): "
+            f"p50 {median(spent):.3f} s, min {min(spent):.3f} s, max {max(spent):.3f} s "
+            f"(target < 2 s) {'OK' if max(spent) < 2 else 'MISSED'}"
+        )
+    provider.close()
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--queries", type=int, default=60)
@@ -277,7 +348,13 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=MEMORIES, help="in a store twice as big")
     parser.add_argument("--hidden", type=int, default=30_000, help="for the hidden-word search")
     parser.add_argument("--repeat", type=int, default=30, help="runs of list and hidden-word")
+    parser.add_argument("--long-mb", type=int, default=10, help="the long memory's size")
+    parser.add_argument("--long-only", action="store_true", help="only the long-memory search")
     args = parser.parse_args()
+    if args.long_only:
+        bench_long_memory(args.long_mb, min(args.repeat, 10))
+        return
+    bench_long_memory(args.long_mb, min(args.repeat, 10))
     path = build(args.memories)
     bench_list(path, args.repeat)
     bench_hidden_word(args.hidden, args.repeat)

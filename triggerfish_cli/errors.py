@@ -9,6 +9,7 @@ page and pinned by tests.
 from __future__ import annotations
 
 import enum
+import os
 
 
 class ExitStatus(enum.IntEnum):
@@ -24,6 +25,7 @@ class ExitStatus(enum.IntEnum):
     BACKEND_UNAVAILABLE = 7
     INVALID_DATA = 8
     CANNOT_WRITE = 9
+    OUT_OF_RESOURCES = 10
     INTERRUPTED = 130
 
     @property
@@ -46,6 +48,8 @@ _MEANINGS: dict[ExitStatus, str] = {
     ExitStatus.INVALID_DATA: "invalid data or config (malformed JSON, YAML, manifest, a kv "
     "table not the gateway's)",
     ExitStatus.CANNOT_WRITE: "cannot write (disk full, read-only file system, permission denied)",
+    ExitStatus.OUT_OF_RESOURCES: "out of resources (too many open files, out of memory, cannot "
+    "start a thread)",
     ExitStatus.INTERRUPTED: "interrupted",
 }
 
@@ -138,6 +142,98 @@ def write_error(path: object, exc: OSError) -> TriggerfishError:
     if exc.errno in WRITE_ERRNOS:
         return WriteError(f"{path}: cannot write: {reason}", hint=_WRITE_HINTS.get(exc.errno))
     return TriggerfishError(f"{path}: cannot write: {reason}")
+
+
+class ResourceError(TriggerfishError):
+    """The process ran out of open files, memory or threads (its limits, or the
+    system's): nothing is wrong with the store or the input."""
+
+    exit_code: int = ExitStatus.OUT_OF_RESOURCES.value
+
+
+#: errno values that mean "out of a resource" (exit 10): what ran out, what to do.
+RESOURCE_ERRNOS = {
+    23: ("the system's open-file table is full", "close some files and run it again"),
+    24: ("too many open files", "raise the open-file limit, ulimit -n, and run it again"),
+    12: ("out of memory", "free some memory or raise the limit, ulimit -v, and run it again"),
+}
+
+#: Out of open files, and what to do about it.
+TOO_MANY, FILES_HINT = RESOURCE_ERRNOS[24]
+
+
+def resource_errno(exc: BaseException) -> int | None:
+    """The errno of the shortage behind ``exc`` (an OSError itself, or the one it was
+    raised from or while handling), or None when no resource ran out."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in RESOURCE_ERRNOS:
+            return cause.errno
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def out_of_files(spare: int = 2) -> bool:
+    """Whether this process cannot open ``spare`` more files (EMFILE, ENFILE) now.
+
+    SQLite hides the errno: out of files it says "unable to open database
+    file", or opens the store read-only and later says "attempt to write a
+    readonly database". A store in WAL mode needs two files beside it (-wal,
+    -shm): asking the system for two tells a shortage from a real failure.
+    """
+    held: list[int] = []
+    try:
+        for _ in range(spare):
+            held.append(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        return exc.errno in (23, 24)
+    finally:
+        for fd in held:
+            os.close(fd)
+    return False
+
+
+#: What the dynamic loader says when it cannot map a library for want of memory.
+_NO_MAP = ("failed to map segment", "cannot map zero-fill")
+
+
+def _loader_errno(exc: BaseException) -> int | None:
+    """The shortage behind an ImportError of a compiled module: the dynamic loader's
+    message (all there is of it) names it, or says it could not map the library."""
+    if not isinstance(exc, ImportError):
+        return None
+    text = str(exc).lower()
+    for errno in RESOURCE_ERRNOS:
+        if os.strerror(errno).lower() in text:
+            return errno
+    return 12 if any(sign in text for sign in _NO_MAP) else None
+
+
+def resource_error(exc: BaseException) -> ResourceError | None:
+    """``exc`` as the error of the shortage behind it (exit 10), or None when no
+    resource ran out: open files, memory, threads."""
+    if isinstance(exc, ResourceError):
+        return exc
+    if isinstance(exc, MemoryError):
+        return ResourceError("out of memory", hint=RESOURCE_ERRNOS[12][1])
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return ResourceError(
+            "cannot start a thread",
+            hint="raise the memory, stack or process limits (ulimit -v, -s, -u) and run it again",
+        )
+    errno = resource_errno(exc) or _loader_errno(exc)
+    if errno is None:
+        return None
+    what, hint = RESOURCE_ERRNOS[errno]
+    if isinstance(exc, TriggerfishError):
+        message = exc.message
+    elif isinstance(exc, OSError):
+        message = f"{exc.filename}: {what}" if exc.filename else what
+    else:
+        message = f"{what} ({type(exc).__name__}: {exc})"
+    return ResourceError(message, hint=hint)
 
 
 _WRITE_HINTS = {

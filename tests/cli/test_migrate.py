@@ -343,8 +343,14 @@ def test_an_interrupted_migration_resumes(
 
 
 def terminate(postgres: Postgres, pid: int) -> None:
+    """End the backend ``pid`` and wait until it is gone (it was: the caller slept 0.5 s,
+    or not at all, which a loaded machine's backend could outlive)."""
     with postgres.connect() as admin:
         admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        hang = time.monotonic() + 60  # a guard against a hang, not a measure
+        while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+            assert time.monotonic() < hang, "the backend outlived pg_terminate_backend"
+            time.sleep(0.01)
 
 
 def test_target_connection_dropped_mid_migrate(
@@ -398,8 +404,7 @@ def test_target_backend_terminated_mid_copy_is_one_stderr_line(
     def terminated_mid_copy(self: Any, row: Any) -> None:
         written.append(1)
         if len(written) == 150:  # inside the second batch's COPY
-            terminate(postgres, opened[-1].backend_pid())
-            time.sleep(0.5)  # the backend is gone before the COPY sends more
+            terminate(postgres, opened[-1].backend_pid())  # gone before the COPY sends more
         real_write_row(self, row)
 
     monkeypatch.setattr(PostgresStorage, "__init__", remember)

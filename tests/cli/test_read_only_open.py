@@ -186,6 +186,20 @@ def test_writes_on_a_read_only_file_system_are_exit_9(tmp_path: Path) -> None:
     assert fingerprint(source) == before
 
 
+def test_a_sweep_on_a_read_only_file_system_is_exit_9_as_a_write(tmp_path: Path) -> None:
+    """The sweep's lock file cannot be made there: exit 9 (cannot write), as ``kv set``,
+    not 7 (the store can be opened, and is read)."""
+    source = tmp_path / "media"
+    write_gateway_store(source / "triggerfish.db")
+    before = fingerprint(source)
+    with read_only_mount(source, tmp_path / "ro") as media:
+        for command in (["retention", "sweep", "--yes"], ["kv", "set", "k", '"v"']):
+            result = run(media / "triggerfish.db", *command)
+            assert result.returncode == 9, result.stderr
+            assert result.stderr.count("\n") == 1 and "read-only file" in result.stderr.lower()
+    assert fingerprint(source) == before
+
+
 # -- the gateway's shape ----------------------------------------------------------------------
 
 

@@ -10,7 +10,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -176,16 +175,19 @@ def test_the_worker_ends_when_we_go_away(tmp_path: Path) -> None:
         "import sys, time\n"
         "from triggerfish_cli.retention.plan_worker import _lifeline\n"
         "_lifeline(sys.stdin.buffer)\n"
-        "time.sleep(60)\n"
+        "print('ready', flush=True)\n"
+        "time.sleep(600)\n"
     )
-    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE)
-    time.sleep(0.3)
-    assert process.poll() is None
-    began = time.monotonic()
+    process = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None and process.stdout.readline() == b"ready\n"
+    assert process.poll() is None  # its lifeline holds
     assert process.stdin is not None
     process.stdin.close()
-    assert process.wait(timeout=10) == 3
-    assert time.monotonic() - began < 5
+    # 3: ended by its lifeline, not by the end of its sleep (0); no measured time (it
+    # was: within 5 s), the wait's timeout is a guard against a hang, far below 600 s
+    assert process.wait(timeout=120) == 3
 
 
 def test_the_worker_only_reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

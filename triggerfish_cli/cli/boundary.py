@@ -13,7 +13,7 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from triggerfish_cli import PROG
+from triggerfish_cli import PROG, errors
 from triggerfish_cli.cli.typer_compat import ParameterSource, click, init_completion
 from triggerfish_cli.errors import WRITE_ERRNOS, ExitStatus, TriggerfishError, write_error
 
@@ -145,32 +145,17 @@ class BoundaryGroup(TyperGroup):
         except TriggerfishError as exc:
             if debug:
                 _traceback()
-            code = _fail(str(exc), exc.exit_code)
+            failure = errors.resource_error(exc) or exc
+            code = _fail(str(failure), failure.exit_code)
         except KeyboardInterrupt:
             code = _fail("interrupted", 130)
         except (BrokenPipeError, PipeClosed):  # `... | head`: stop quietly, status 0
             _silence_stdout()
             code = 0
-        except OSError as exc:
-
-            if debug:
-                _traceback()
-            if exc.errno in WRITE_ERRNOS:
-                failure = write_error(exc.filename or "(a file)", exc)
-                code = _fail(str(failure), failure.exit_code)
-            else:
-                code = _fail(
-                    f"unexpected error: {type(exc).__name__}: {exc} "
-                    "(rerun with --debug for details)",
-                    1,
-                )
         except Exception as exc:
             if debug:
                 _traceback()
-            code = _fail(
-                f"unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for details)",
-                1,
-            )
+            code = _unexpected(exc)
         metrics = sys.modules.get("triggerfish_cli.cli.metrics")
         if metrics is not None:  # a job asked for --metrics-file: record how it ended
             metrics.finish(code)
@@ -217,6 +202,20 @@ def accept_globals(command: click.Command, root: click.Command) -> None:
         accept_globals(sub, root)
 
 
+def _unexpected(exc: Exception) -> int:
+    """Exit 9 for a write refused (disk full, read-only), 10 when a resource ran out
+    (open files, memory, threads), else 1."""
+    exc.__traceback__ = None  # let go of what the failed work held (out of memory)
+    failure: TriggerfishError | None = errors.resource_error(exc)
+    if isinstance(exc, OSError) and exc.errno in WRITE_ERRNOS:
+        failure = write_error(exc.filename or "(a file)", exc)
+    if failure is not None:
+        return _fail(str(failure), failure.exit_code)
+    return _fail(
+        f"unexpected error: {type(exc).__name__}: {exc} (rerun with --debug for details)", 1
+    )
+
+
 def _traceback() -> None:
     import traceback  # lazy: only for an unexpected error under --debug
 
@@ -224,10 +223,15 @@ def _traceback() -> None:
 
 
 def _fail(message: str, code: int) -> int:
-    # lazy: the renderer is loaded only when there is an error to show
-    from triggerfish_cli.cli.output import Output
+    line = " ".join(message.split()) if "\n" in message else message
+    try:
+        # lazy: the renderer is loaded only when there is an error to show
+        from triggerfish_cli.cli.output import Output
 
-    Output().error(" ".join(message.split()) if "\n" in message else message)
+        Output().error(line)
+    except (MemoryError, OSError, ImportError):  # out of memory or files even for that
+        with contextlib.suppress(OSError):
+            os.write(2, f"error: {line}\n".encode("utf-8", "replace"))
     return code
 
 

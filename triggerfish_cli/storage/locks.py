@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from triggerfish_cli.errors import BackendUnavailableError, BusyError
+from triggerfish_cli.errors import WRITE_ERRNOS, BackendUnavailableError, BusyError, WriteError
 from triggerfish_cli.fileio import open_lock_file
 from triggerfish_cli.paths import base_dir
 from triggerfish_cli.serialization import now_iso
@@ -65,9 +65,10 @@ def file_lock(path: Path, wait: float = 0.0, *, what: str = "lock") -> Iterator[
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = open_lock_file(path)  # a link at its name: refused (exit 4)
     except OSError as exc:
-        raise BackendUnavailableError(
-            f"{path}: cannot create the {what} lock file: {exc.strerror}"
-        ) from exc
+        failure = f"{path}: cannot create the {what} lock file: {exc.strerror}"
+        if exc.errno in WRITE_ERRNOS:  # a read-only file system, no permission, disk full
+            raise WriteError(failure, hint="nothing was changed") from exc
+        raise BackendUnavailableError(failure) from exc  # out of files: exit 10 (errors.py)
     try:
         deadline = time.monotonic() + max(0.0, wait)
         while True:

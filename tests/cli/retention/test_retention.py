@@ -279,31 +279,51 @@ def test_max_delete_refuses_and_touches_nothing(cli: CliFn, gateway_db: Path) ->
                "-q").exit_code == 0  # fmt: skip
 
 
-def test_a_second_sweep_exits_6_at_once_or_waits(cli: CliFn, gateway_db: Path) -> None:
+class _Clock:
+    """The lock module's clock: its waits counted, and announced (never a measured time)."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+        self.waiting = threading.Event()
+        self.monotonic = time.monotonic
+
+    def sleep(self, seconds: float) -> None:
+        self.waits.append(seconds)
+        self.waiting.set()
+        time.sleep(seconds)
+
+
+def test_a_second_sweep_exits_6_at_once_or_waits(
+    cli: CliFn, gateway_db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from triggerfish_cli.storage import locks
+
+    clock = _Clock()
+    monkeypatch.setattr(locks, "time", clock)
     before = dump_tables(gateway_db)
     holder = SqliteStorage(gateway_db)
     with holder.lock("retention-sweep"):
-        started = time.monotonic()
         busy = cli("retention", "sweep", "--yes", "--as-of", AS_OF)
-        assert time.monotonic() - started < 5
+        assert clock.waits == []  # at once, without a wait (it was: elapsed < 5 s)
         assert busy.exit_code == 6
         assert "retention-sweep" in busy.stderr and "is held by another process" in busy.stderr
         waited = cli("retention", "sweep", "--yes", "--wait", "0.3", "--as-of", AS_OF)
         assert waited.exit_code == 6 and "after waiting 0.3 s" in waited.stderr
     assert dump_tables(gateway_db) == before
 
-    released = threading.Event()
+    held, clock.waiting = threading.Event(), threading.Event()
 
-    def hold_briefly() -> None:
+    def hold_until_the_sweep_waits() -> None:
         with holder.lock("retention-sweep"):
-            released.wait(10)
+            held.set()
+            clock.waiting.wait(60)  # released once the sweep has met it and waits
 
-    thread = threading.Thread(target=hold_briefly)
+    thread = threading.Thread(target=hold_until_the_sweep_waits)
     thread.start()
-    time.sleep(0.1)
-    threading.Timer(0.3, released.set).start()
+    assert held.wait(60)  # held before the sweep starts (it was: a 0.1 s sleep)
     ok = cli("retention", "sweep", "--yes", "--wait", "30", "--as-of", AS_OF, "-f", "json")
-    thread.join(10)
+    thread.join(60)
+    assert clock.waiting.is_set()  # it did wait, then ran
     assert ok.exit_code == 0 and ok.json()["deleted"] == 8  # type: ignore[index]
     holder.close()
 

@@ -155,7 +155,7 @@ class Checkpointer:
                         row = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
                         if row:
                             self.last = (int(row[0]), int(row[1]), int(row[2]))
-                except sqlite3.Error as exc:
+                except (sqlite3.Error, MemoryError) as exc:
                     self._failed(exc)  # the next commit's checkpoint tries again
                 finally:
                     with self._wake:
@@ -165,7 +165,7 @@ class Checkpointer:
             if conn is not None:
                 conn.close()
 
-    def _failed(self, exc: sqlite3.Error) -> None:
+    def _failed(self, exc: Exception) -> None:
         self.stats.checkpoint_errors += 1
         self.stats.checkpoint_error = f"{type(exc).__name__}: {exc}"
 

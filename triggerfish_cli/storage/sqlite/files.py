@@ -11,10 +11,14 @@ from typing import NamedTuple
 from urllib.parse import quote
 
 from triggerfish_cli.errors import (
+    FILES_HINT,
+    TOO_MANY,
     BackendUnavailableError,
     InvalidDataError,
     MissingStoreError,
     RefusedError,
+    ResourceError,
+    out_of_files,
     write_error,
 )
 from triggerfish_cli.fileio import trusted_link
@@ -132,6 +136,8 @@ def _connect(
             uri, uri=True, timeout=timeout, isolation_level=None, check_same_thread=False
         )
     except sqlite3.Error as exc:
+        if out_of_files():
+            raise ResourceError(f"{path}: cannot open: {TOO_MANY}", hint=FILES_HINT) from exc
         raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
 
 
@@ -153,7 +159,10 @@ def _connect_existing(
         try:
             return conn, _schema(conn), writable and mode == "rw"
         except sqlite3.Error as exc:
+            short = out_of_files()  # asked before close: the connection holds its files
             conn.close()
+            if short:  # not a read-only file: opening it read-only would hide that
+                raise ResourceError(f"{path}: cannot open: {TOO_MANY}", hint=FILES_HINT) from exc
             if not _cannot_open(exc):
                 raise translate_error(exc, f"{path}: read schema") from exc
             failure = exc

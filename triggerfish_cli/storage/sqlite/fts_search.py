@@ -14,8 +14,6 @@ from typing import Any
 
 from triggerfish_cli.classification import Level
 from triggerfish_cli.memory.index import (
-    HIGHLIGHT_END,
-    HIGHLIGHT_START,
     IndexRow,
     SearchRequest,
     SearchResult,
@@ -31,13 +29,12 @@ from triggerfish_cli.storage.sqlite.fts_query import (
     level_match,
     query_phrases,
 )
+from triggerfish_cli.storage.sqlite.fts_snippet import PART, long_snippet, snippet_sql
 from triggerfish_cli.storage.sqlite.fts_tables import Fts5Tables
 
 #: bm25 weights (agent_id, classification, key, content, tags) that isolate one
 #: searched column each: key, content, tags.
 COLUMN_WEIGHTS = ("0, 0, 1, 0, 0", "0, 0, 0, 1, 0", "0, 0, 0, 0, 1")
-
-SNIPPET_TOKENS = 16
 
 
 def _narrowed(match: str, request: SearchRequest) -> str:
@@ -71,7 +68,6 @@ def _ranker() -> Callable[[int, int, int, bytes | None], float]:
         return found
 
     return rank
-
 
 
 class Fts5Search(Fts5Tables):
@@ -210,16 +206,30 @@ class Fts5Search(Fts5Tables):
                 continue  # necessary; the record's own tags are checked exactly below
             skey = f"{PREFIX}{agent}:{level}:{key}"
             score = score_of[rowid]
-            snippet = functools.partial(self._snippet, match, rowid)
+            snippet = functools.partial(self._snippet, match, request, rowid)
             rows.append((score, skey, rowid, (skey, agent, level, key, meta, -score, snippet)))
         rows.sort(key=lambda row: row[:3])
         accept_rows([row[3] for row in rows], self._kv, request, levels, result, seen)
 
-    def _snippet(self, match: str, rowid: int) -> str:
-        """The marked snippet of one hit's content (a seek in the doclists: rowid = ?)."""
-        row = self.conn.execute(
-            f"SELECT snippet(memory_fts, 3, '{HIGHLIGHT_START}', '{HIGHLIGHT_END}', '…', "
-            f"{SNIPPET_TOKENS}) FROM memory_fts WHERE memory_fts MATCH ? AND rowid = ?",
-            (match, rowid),
+    def _snippet(self, match: str, request: SearchRequest, rowid: int) -> str:
+        """The marked snippet of one hit's content (a seek in the doclists: rowid = ?).
+
+        FTS5's own, on a content of at most ``PART`` characters; a longer one
+        gets :func:`~triggerfish_cli.storage.sqlite.fts_snippet.long_snippet`
+        (FTS5's snippet() takes time in the square of the row's matches).
+        """
+        short = self.conn.execute(
+            f"SELECT length(content) <= {PART} FROM memory_fts WHERE rowid = ?", (rowid,)
         ).fetchone()
+        if short is None:
+            return ""
+        if not short[0]:
+            columns = self.conn.execute(
+                "SELECT agent_id, classification, key, content, tags FROM memory_fts "
+                "WHERE rowid = ?",
+                (rowid,),
+            ).fetchone()
+            words = None if request.raw else " OR ".join(query_phrases(request.text))
+            return long_snippet(tuple(str(cell or "") for cell in columns), match, words)
+        row = self.conn.execute(snippet_sql("memory_fts"), (match, rowid)).fetchone()
         return "" if row is None else str(row[0] or "")

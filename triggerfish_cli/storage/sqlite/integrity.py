@@ -35,6 +35,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from triggerfish_cli.errors import (
+    FILES_HINT,
+    TOO_MANY,
+    BackendUnavailableError,
+    ResourceError,
+    out_of_files,
+)
 from triggerfish_cli.threads import block_signals
 
 _T = TypeVar("_T")
@@ -73,23 +80,33 @@ def check(path: Path, workers: int, beside: Callable[[], _T]) -> tuple[list[str]
     try:
         pieces = plan(path, parts=2 * workers)
     except sqlite3.Error as exc:
-        pieces, problems = [], [f"sqlite: {exc}"]
+        pieces, problems = [], [_problem(path, exc)]
     with ThreadPoolExecutor(workers, "integrity", initializer=block_signals) as pool:
         # ``beside`` first: it is the longest single job (on a store, the FTS5 check
         # and the counts), and started last it ran alone at the end while the
         # other cores waited (longest first is how the pieces are ordered too).
         other = pool.submit(beside)
-        found = [pool.submit(_guarded, piece) for piece in pieces]
+        found = [pool.submit(_guarded, piece, path) for piece in pieces]
         for future in found:
             problems.extend(future.result())
         return problems, other.result()
 
 
-def _guarded(piece: Piece) -> list[str]:
+def _guarded(piece: Piece, path: Path) -> list[str]:
     try:
         return piece()
     except sqlite3.Error as exc:
-        return [f"sqlite: {exc}"]
+        return [_problem(path, exc)]
+
+
+def _problem(path: Path, exc: sqlite3.Error) -> str:
+    """A SQLite error as a problem of the file; raised instead when the file could not
+    be opened at all (out of files, or the place): that says nothing of what it holds."""
+    if "unable to open" not in str(exc):
+        return f"sqlite: {exc}"
+    if out_of_files(3):  # the file, its -wal and -shm
+        raise ResourceError(f"{path}: cannot open: {TOO_MANY}", hint=FILES_HINT) from exc
+    raise BackendUnavailableError(f"{path}: cannot open: {exc}") from exc
 
 
 def _one(path: Path, sql: str, params: tuple[Any, ...] | list[Any] = ()) -> tuple[Any, ...]:
@@ -327,5 +344,5 @@ def _check_rest(
                     failures.append(f"memory_fts integrity-check: {exc}")
             return count(conn)
     except sqlite3.Error as exc:
-        failures.append(f"sqlite: {exc}")
+        failures.append(_problem(path, exc))
         return None

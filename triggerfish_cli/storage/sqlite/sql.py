@@ -13,11 +13,15 @@ from typing import Any, TypeVar
 
 from triggerfish_cli import cells
 from triggerfish_cli.errors import (
+    FILES_HINT,
+    TOO_MANY,
     BackendUnavailableError,
     BusyError,
     InvalidDataError,
+    ResourceError,
     TriggerfishError,
     WriteError,
+    out_of_files,
 )
 from triggerfish_cli.storage import key_ranges
 
@@ -221,6 +225,8 @@ def translate_error(exc: sqlite3.Error, where: str) -> TriggerfishError:
         return InvalidDataError(f"{where}: {text}")
     if "disk is full" in lowered:
         return WriteError(f"{where}: {text}", hint="nothing of this transaction was written")
+    if out_of_files():  # SQLite's "unable to open", or a read-only open, for want of files
+        return ResourceError(f"{where}: {TOO_MANY} ({text})", hint=FILES_HINT)
     if "readonly" in lowered or "read-only" in lowered:
         return WriteError(
             f"{where}: the store can only be read here ({text})",

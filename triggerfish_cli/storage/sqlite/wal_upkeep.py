@@ -137,7 +137,10 @@ class WalUpkeep:
                     os.fsync(wal)
         if checkpoint_started:
             return  # before the thaw
-        self.checkpoints().poke()
+        # Never fails the commit, which is done: a checkpoint thread that cannot start
+        # (out of memory or threads) is tried again after the next commit.
+        with contextlib.suppress(OSError, RuntimeError, MemoryError, sqlite3.Error):
+            self.checkpoints().poke()
 
     def checkpoints(self) -> Checkpointer:
         """The checkpoint thread of this store, started on first use."""
