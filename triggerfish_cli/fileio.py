@@ -180,7 +180,7 @@ def refuse_link(path: Path, what: str) -> None:
     if os.path.islink(path):
         raise RefusedError(
             f"{path}: is a symbolic link: {what} is never written through a link",
-            hint="remove the link (or name the file itself) and run it again",
+            hint="remove the link, or name the file itself, and run it again",
         )
 
 
