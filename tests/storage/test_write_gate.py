@@ -30,7 +30,7 @@ from tests.helpers import gateway_writer, launch
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.retention.policies import defaults
 from triggerfish_cli.retention.reading import read_plan
-from triggerfish_cli.storage.sqlite import wal_upkeep
+from triggerfish_cli.storage.sqlite import wal_upkeep, write_gate
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.checkpointer import Checkpointer
 from triggerfish_cli.storage.sqlite.freezer import Freeze
@@ -359,7 +359,7 @@ def keep_writing(store: SqliteStorage, db: Path, at_least: int) -> int:
 
 def test_a_writer_inside_its_own_transactions_is_waited_for(db: Path, tmp_path: Path) -> None:
     """It holds each write transaction 50 ms: the gate backs off; both sides finish."""
-    store = SqliteStorage(db)
+    store = patient(SqliteStorage(db))  # no stall of ours lets it meet our lock
     with gateway_writer.running(db, tmp_path, hold=0.05, period=0.005):
         written = keep_writing(store, db, at_least=10)
         store.delete_many([f"ours:{n:04d}" for n in range(5)])
@@ -373,11 +373,16 @@ def test_a_writer_inside_its_own_transactions_is_waited_for(db: Path, tmp_path: 
 
 
 def test_a_writer_between_its_snapshot_and_its_write_lock_is_let_run_first(
-    db: Path, tmp_path: Path
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Stopped after taking its read snapshot, a writer would find our commit past it
-    and fail at once (SQLITE_BUSY_SNAPSHOT): the gate lets it take its lock first."""
-    store = SqliteStorage(db)
+    and fail at once (SQLITE_BUSY_SNAPSHOT): the gate lets it take its lock first.
+
+    Its snapshot is held 3 ms here (a gateway's, microseconds): under load that sleep
+    outlasted READ_GRACE, after which the gate takes a snapshot for a reader's and
+    writes anyway (tested below); the grace is made long enough for any load."""
+    monkeypatch.setattr(write_gate, "READ_GRACE", 60.0)
+    store = patient(SqliteStorage(db))
     with gateway_writer.running(db, tmp_path, read_first=0.003, period=0.003):
         written = keep_writing(store, db, at_least=20)
     report = gateway_writer.report(tmp_path)
