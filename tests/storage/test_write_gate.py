@@ -224,7 +224,7 @@ def test_our_checkpoint_holds_its_lock_before_the_writer_runs_again(
 ) -> None:
     """Else the writer's next commit runs the automatic checkpoint of all our pages
     (its wal_autocheckpoint) inside itself: 30-40 ms of a chat message's write."""
-    store = SqliteStorage(db)
+    store = patient(SqliteStorage(db))  # no stall of ours cuts or fails a write
     at_resume: list[tuple[int | None, bool, tuple[int, int, int]]] = []
     thaw = WriteGate._thaw
     gate = store.gate
@@ -270,7 +270,7 @@ def test_a_short_wal_is_checkpointed_after_the_thaw_without_holding_the_writer(
     """Under GRAB_FROM_FRAMES frames, the writer's next commits cannot reach their
     automatic checkpoint: the freeze does not wait for our checkpoint's lock, and
     the checkpoint still runs once everyone runs again."""
-    store = SqliteStorage(db)
+    store = patient(SqliteStorage(db))  # no stall of ours cuts or fails a write
     gate = store.gate
     grabs: list[float] = []
     start = Checkpointer.start
@@ -322,7 +322,7 @@ def test_wal_mark_reads_where_the_wal_ends_from_its_index(db: Path) -> None:
 
 def test_the_gate_counts_the_wal_frames_of_its_own_commit(db: Path, tmp_path: Path) -> None:
     """What the sweep's pacer sizes batches by: ours alone, whatever the WAL held before."""
-    store = SqliteStorage(db)
+    store = patient(SqliteStorage(db))  # no stall of ours cuts or fails a write
     with gateway_writer.running(db, tmp_path):
         writes_again(db)
         for size in (4_000, 40_000, 400_000):
@@ -459,7 +459,7 @@ def test_a_reused_pid_is_never_signalled(tmp_path: Path) -> None:
 
 def test_a_late_opener_is_paused_too(db: Path, tmp_path: Path) -> None:
     """A process that opened the store after the scan is found while we are frozen."""
-    store = SqliteStorage(db)
+    store = patient(SqliteStorage(db))  # no stall of ours cuts or fails a write
     gate = store.gate
     first_dir, second_dir = tmp_path / "a", tmp_path / "b"
     first_dir.mkdir()
@@ -531,14 +531,21 @@ def test_a_statement_too_long_to_pause_for_is_interrupted(db: Path, tmp_path: Pa
 
 
 def test_the_watchdog_resumes_a_writer_when_a_freeze_outlasts_its_deadline(
-    db: Path, tmp_path: Path
+    db: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = SqliteStorage(db)
     # the freezer's deadline (the gate's own attribute is only read when it is built)
     store.gate.cap, store.gate.freezer.deadline = 3600.0, 0.2
+    freezes: list[Freeze] = []
+    thaw = WriteGate._thaw
+
+    def kept(self: WriteGate, freeze: Freeze) -> None:
+        freezes.append(freeze)
+        thaw(self, freeze)
+
+    monkeypatch.setattr(WriteGate, "_thaw", kept)
     with gateway_writer.running(db, tmp_path) as writer, store.transaction("stalled") as conn:
         conn.execute("INSERT INTO kv VALUES ('ours', '1')")
-        assert state(writer.pid) == "T"
         # we stall (a stopped process, a slow disk) until the watchdog has let it go
         # and said so (it was: a 0.5 s sleep, then a look)
         wait_for(lambda: state(writer.pid) != "T", "resumed by the watchdog")
@@ -546,6 +553,10 @@ def test_the_watchdog_resumes_a_writer_when_a_freeze_outlasts_its_deadline(
         assert watchdog is not None and watchdog.proc.stdout is not None
         said, _, _ = select.select([watchdog.proc.stdout], [], [], 60)
         assert said, "the watchdog never said it resumed a freeze"
+    # the gate saw every thread of it stopped (it was: a look at its state here, which
+    # a stall of ours past the 0.2 s could make after the watchdog let it go)
+    (freeze,) = freezes
+    assert [w.pid for w in freeze.stopped] == [writer.pid] and freeze.all_stopped is not None
     assert store.gate.stats.watchdog_resumes == 1  # its own record: the deadline passed
     assert store.get("ours") == "1"
     store.close()
