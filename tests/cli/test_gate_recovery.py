@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -106,6 +107,11 @@ def db(base_dir: Path) -> Path:
     return path
 
 
+def written(db: Path, key: str) -> bool:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return conn.execute("SELECT 1 FROM kv WHERE key = ?", (key,)).fetchone() is not None
+
+
 def status_of(db: Path, pid: int) -> dict[str, object]:
     result = admin(db, "status", "--format", "json")
     assert result.returncode == 0, result.stderr
@@ -124,6 +130,9 @@ def test_a_freeze_killed_with_its_watchdog_is_resumed_by_the_next_run(
     db: Path, tmp_path: Path
 ) -> None:
     with gateway_writer.running(db, tmp_path) as writer:
+        # its first write, read back below, is in before the freeze (on a loaded machine
+        # the writer may not have run before the tool froze it)
+        wait_for(lambda: written(db, "sessions:gw-0000001"), "the writer's first write")
         tool, watchdog = paused_in_a_freeze(db, tmp_path)
         try:
             assert TABLE.state(writer.pid) == "T"

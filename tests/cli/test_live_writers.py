@@ -4,9 +4,12 @@ its writes is in the store afterwards (issue 13)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import sqlite3
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -17,6 +20,10 @@ from tests.conftest import CliFn
 from tests.helpers import gateway_writer
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.freezer import Freeze
+from triggerfish_cli.storage.sqlite.live_writers import SHM_WRITE_LOCK, shm_lock_holder
+from triggerfish_cli.storage.sqlite.wal_upkeep import WalUpkeep
+from triggerfish_cli.storage.sqlite.write_gate import WriteGate
 
 ANCHOR = datetime(2026, 10, 1, tzinfo=timezone.utc)
 ANCHOR_ISO = "2026-10-01T00:00:00.000Z"
@@ -193,18 +200,57 @@ COMMANDS: dict[str, tuple[Command, Command | None]] = {
 }
 
 
+def newest_of_the_writer(db: Path) -> str:
+    """The newest key the writer has committed (its keys grow with each write)."""
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        row = conn.execute(
+            "SELECT max(key) FROM kv WHERE key >= 'sessions:gw-' AND key < 'sessions:gw.'"
+        ).fetchone()
+    return str(row[0] or "")
+
+
+def writer_between_freezes(
+    db: Path, monkeypatch: pytest.MonkeyPatch, freezes: int = 5
+) -> list[str]:
+    """After each of the first ``freezes`` freezes of the command, wait until the writer
+    has committed again: its newest key each time. The writer really wrote while the
+    command ran (it was: more than 5 writes in all, up to how fast each side ran)."""
+    seen: list[str] = []
+    thaw = WriteGate._thaw
+
+    def then_the_writer(self: WriteGate, freeze: Freeze) -> None:
+        thaw(self, freeze)
+        if freeze.stopped and len(seen) < freezes:
+            last = newest_of_the_writer(db)
+            hang = time.monotonic() + 60  # a guard against a hang, not a measure
+            while newest_of_the_writer(db) <= last:
+                assert time.monotonic() < hang, "the writer stopped writing"
+                time.sleep(0.002)
+            seen.append(newest_of_the_writer(db))
+
+    monkeypatch.setattr(WriteGate, "_thaw", then_the_writer)
+    return seen
+
+
 @pytest.mark.parametrize("name", COMMANDS)
 def test_a_writing_command_costs_the_gateway_no_write(
-    name: str, cli: CliFn, live: Path, base_dir: Path, tmp_path: Path
+    name: str,
+    cli: CliFn,
+    live: Path,
+    base_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     command, prepare = COMMANDS[name]
     if prepare is not None:
         prepare(cli, live, base_dir)
     before = rows(live)
     with gateway_writer.running(live, tmp_path, period=0.005):
+        between = writer_between_freezes(live, monkeypatch)
         command(cli, live, base_dir)
     report = gateway_writer.report(tmp_path)
-    assert report.ok > 5, "the writer must really have written during the command"
+    # the writer really wrote during the command, between its freezes
+    assert between and set(between) <= set(report.written), between
     assert report.fail == 0, report.errors
     after = rows(live)
     missing = report.missing_from(after)
@@ -217,16 +263,31 @@ def test_a_writing_command_costs_the_gateway_no_write(
 
 
 def test_the_writer_test_sees_failures_when_the_gate_is_off(
-    cli: CliFn, live: Path, tmp_path: Path
+    cli: CliFn, live: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The same writer fails without the gate (--live-writers ignore): the test above can fail."""
+    """The same writer fails without the gate (--live-writers ignore): the test above can fail.
+
+    The first transaction holds its lock until a write of the writer's has met it and
+    failed (it was: up to the scheduler whether one of them met our lock at all)."""
+    end, held = WalUpkeep.end, []
+
+    def end_once_it_failed(self: WalUpkeep) -> tuple[int, bytes] | None:
+        if not held and shm_lock_holder(self.db, SHM_WRITE_LOCK) == os.getpid():
+            held.append(True)  # inside our first transaction, holding the write lock
+            hang = time.monotonic() + 60  # a guard against a hang, not a measure
+            while not gateway_writer.failed(tmp_path):
+                assert time.monotonic() < hang, "the writer never met our lock"
+                time.sleep(0.002)
+        return end(self)
+
+    monkeypatch.setattr(WalUpkeep, "end", end_once_it_failed)
     with gateway_writer.running(live, tmp_path, period=0.002):
         ok(cli("--live-writers", "ignore", "retention", "sweep", "--yes", "--as-of", ANCHOR_ISO))
         ok(cli("--live-writers", "ignore", "kv", "delete", "--prefix", "conv:", "--yes"))
         _prepare_reindex(cli, live, live.parent)
         ok(cli("--live-writers", "ignore", "memory", "reindex", "--taint", "RESTRICTED"))
     report = gateway_writer.report(tmp_path)
-    assert report.fail > 0
+    assert held and report.fail > 0
     assert "database is locked" in report.errors[0]
 
 

@@ -9,9 +9,13 @@ Until STOPFILE exists it writes one key every ``--period`` seconds (default
 deferred transaction that reads, waits that long, then writes (the moment of
 an autocommitted write between taking its read snapshot and the write lock,
 widened: a commit of ours in between makes its write fail). A write that
-meets a lock fails at once, like the gateway's. Then it writes OUTFILE:
+meets a lock fails at once, like the gateway's; its first failure also creates
+OUTFILE + ``.failed`` (:func:`failed`), for a test to wait for. Then it writes OUTFILE:
 ``{"ok", "fail", "errors", "written": {key: value}, "times": [wall time of
-each successful write], "worst_s"}``.
+each successful write], "worst_s", "peak_frames"}``: ``peak_frames`` is the
+most WAL frames it saw right after one of its commits (read from the -shm
+header; -1: unknown), what decides whether that commit ran SQLite's automatic
+checkpoint inside itself (at 1000 frames, its default ``wal_autocheckpoint``).
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import contextlib
 import json
 import os
 import sqlite3
+import struct
 import subprocess
 import sys
 import time
@@ -40,6 +45,7 @@ class Report:
     written: dict[str, str]
     times: list[float]
     worst_s: float
+    peak_frames: int = -1
 
     @classmethod
     def read(cls, path: Path) -> Report:
@@ -88,6 +94,25 @@ def report(work: Path) -> Report:
     return Report.read(work / "writer.json")
 
 
+def failed(work: Path) -> bool:
+    """Whether the writer has had a write fail yet (while it runs)."""
+    return (work / "writer.json.failed").exists()
+
+
+def wal_frames(shm: int | None) -> int:
+    """mxFrame of the wal-index header at the start of the -shm file (-1: unknown);
+    both copies must agree (a header not being written)."""
+    if shm is None:
+        return -1
+    try:
+        raw = os.pread(shm, 96, 0)
+    except OSError:
+        return -1
+    if len(raw) < 96 or raw[:48] != raw[48:96]:
+        return -1
+    return int(struct.unpack_from("=I", raw, 16)[0])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("db")
@@ -115,6 +140,11 @@ def main() -> None:
             break
         except sqlite3.OperationalError:
             time.sleep(0.01)
+    try:
+        shm: int | None = os.open(args.db + "-shm", os.O_RDONLY)
+    except OSError:
+        shm = None
+    peak = -1
     print("ready", flush=True)
     parent = os.getppid()
     # Until told to stop, or until the test that started it is gone (a killed
@@ -141,11 +171,14 @@ def main() -> None:
             ok += 1
             written[key] = value
             times.append(time.time())
+            peak = max(peak, wal_frames(shm))
         except sqlite3.Error as exc:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             fail += 1
             errors.append(f"{key}: {exc}")
+            if fail == 1:
+                Path(args.out + ".failed").touch()
         worst = max(worst, time.perf_counter() - began)
         time.sleep(args.period)
     conn.close()
@@ -158,6 +191,7 @@ def main() -> None:
                 "written": written,
                 "times": times,
                 "worst_s": worst,
+                "peak_frames": peak,
             }
         )
     )

@@ -12,7 +12,8 @@ production code carries no test hooks::
 process from the test), ``--kill-before MOD:FUNC`` and ``--kill-after
 MOD:FUNC`` SIGKILL the process just before or just after the first call;
 ``--hang-before MOD:FUNC=PATH`` writes PATH and sleeps for ever at the first
-call (a moment the test waits for, then kills the process in);
+call (a moment the test waits for, then kills the process in), ``MOD:FUNC@N=PATH``
+at the N-th;
 ``--set MOD:NAME=NUMBER`` sets a module's constant (the write gate's
 ``DEADLINE``). Tests build the command with :func:`command`.
 """
@@ -60,9 +61,14 @@ def _pause(seconds: float) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     return make
 
 
-def _hang_before(path: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def _hang_before(path: str, at: int = 1) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        calls = [0]
+
         def hung(*args: Any, **kwargs: Any) -> Any:
+            calls[0] += 1
+            if calls[0] < at:
+                return original(*args, **kwargs)
             Path(path).write_text(str(os.getpid()))
             while True:
                 time.sleep(60)
@@ -104,7 +110,8 @@ def main(argv: list[str]) -> None:
             _wrap(spec, _kill_after)
         elif option == "--hang-before":
             target, _, path = spec.partition("=")
-            _wrap(target, _hang_before(path))
+            target, _, at = target.partition("@")
+            _wrap(target, _hang_before(path, int(at or 1)))
         elif option == "--set":
             target, _, value = spec.partition("=")
             module_name, _, name = target.partition(":")
