@@ -551,8 +551,10 @@ def test_the_watchdog_resumes_a_writer_when_a_freeze_outlasts_its_deadline(
         wait_for(lambda: state(writer.pid) != "T", "resumed by the watchdog")
         watchdog = store.gate.freezer.watchdog
         assert watchdog is not None and watchdog.proc.stdout is not None
-        said, _, _ = select.select([watchdog.proc.stdout], [], [], 60)
-        assert said, "the watchdog never said it resumed a freeze"
+        # poll, not select: select refuses a descriptor above 1023, which a long suite reaches
+        poller = select.poll()
+        poller.register(watchdog.proc.stdout, select.POLLIN)
+        assert poller.poll(60_000), "the watchdog never said it resumed a freeze"
     # the gate saw every thread of it stopped (it was: a look at its state here, which
     # a stall of ours past the 0.2 s could make after the watchdog let it go)
     (freeze,) = freezes
