@@ -96,6 +96,9 @@ class SearchResult:
     stale: int = 0
     #: storage keys of malformed records seen while searching (visible levels only)
     malformed: list[str] = field(default_factory=list)
+    #: visible memories in the search's scope that the index lacks or holds stale,
+    #: searched from kv (SQLite)
+    drifted: int = 0
 
 
 @dataclass

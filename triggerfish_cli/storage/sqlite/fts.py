@@ -27,8 +27,10 @@ repair); this module holds the index class itself with its writes, and
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from triggerfish_cli import cells
@@ -39,10 +41,12 @@ from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts_drift import drifted_copy
 from triggerfish_cli.storage.sqlite.fts_repair import Fts5Repair
 from triggerfish_cli.storage.sqlite.fts_search import COLUMN_WEIGHTS, Fts5Search
 from triggerfish_cli.storage.sqlite.fts_tables import (
     REPAIR_BATCH,
+    Fts5Tables,
     fts_row,
     in_memory_copy,
 )
@@ -66,7 +70,31 @@ class Fts5Index(Fts5Search, Fts5Repair):
         if not self.present:
             assert self.storage is not None
             return ScanIndex(self.storage).search(request)
-        return super().search(request)
+        if self.storage is None:  # a private copy of ours: it never drifts
+            return super().search(request)
+        with self._reading(), self._errors("search", request.text):
+            result = super().search(request)
+            private, result.drifted = drifted_copy(self.conn, request)
+            try:
+                if result.drifted:
+                    _merge(result, _DriftSearch(private, self).search(request), request.limit)
+            finally:
+                private.close()
+        return result
+
+    @contextmanager
+    def _reading(self) -> Iterator[None]:
+        """One read transaction (a WAL snapshot: no lock the gateway's writes meet), so
+        the index, the drifted memories and the kv checks are of one moment."""
+        if self.conn.in_transaction:
+            yield
+            return
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(sqlite3.Error):
+                self.conn.execute("COMMIT")
 
     # -- writes ---------------------------------------------------------------------
 
@@ -137,6 +165,32 @@ class Fts5Index(Fts5Search, Fts5Repair):
             if on_batch is not None:
                 on_batch(done)
         return deleted
+
+
+class _DriftSearch(Fts5Search):
+    """The search on a private index of drifted memories (fts_drift.py), its hits
+    checked against the store's kv."""
+
+    def __init__(self, conn: sqlite3.Connection, store: Fts5Tables) -> None:
+        super().__init__(conn)
+        self._store = store
+
+    def _kv(self, keys: Sequence[str]) -> dict[str, str]:
+        return self._store._kv(keys)
+
+
+def _merge(result: SearchResult, extra: SearchResult, limit: int) -> None:
+    """``extra``'s hits into ``result``'s: by score, then storage key; the best ``limit``.
+
+    Both are ranked by the same rule and each record is searched in one of
+    them only, so the best of the merge are the best of all.
+    """
+    hits = {hit.record.storage_key: hit for hit in extra.hits}
+    hits.update({hit.record.storage_key: hit for hit in result.hits})
+    ranked = sorted(hits.values(), key=lambda hit: (-hit.score, hit.record.storage_key))
+    result.hits = ranked[:limit]
+    result.stale += extra.stale
+    result.malformed += [key for key in extra.malformed if key not in result.malformed]
 
 
 class ScanIndex:
