@@ -112,6 +112,123 @@ def bench_search(path: object, count: int) -> None:
     provider.close()
 
 
+def drifted_store(path: object, share: float) -> Path:
+    """A scratch copy of the store, reindexed (every level), then ``share`` of its live
+    memories drifted as the gateway leaves them: half never indexed (their index rows
+    gone, as cron and trigger runs leave them), half edited in kv alone (stale rows)."""
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import upkeep as memory_upkeep
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+
+    copy = scratch_copy(path, "memory-drift-scratch.db")  # type: ignore[arg-type]
+    provider = SqliteStorage(copy)
+    memory_upkeep.reindex(provider, taint=Level.RESTRICTED)
+    provider.close()
+    raw = sqlite3.connect(copy, isolation_level=None)
+    rows = raw.execute("SELECT id, c0, c1, c2 FROM memory_fts_content").fetchall()
+    picked = random.Random(13).sample(rows, round(len(rows) * share))
+    raw.execute("BEGIN")
+    for n, (rowid, agent, level, key) in enumerate(picked):
+        if n % 2:
+            raw.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+            raw.execute(
+                "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?",
+                (agent, level, key),
+            )
+        else:  # new text in kv only: the index keeps the old one
+            raw.execute(
+                "UPDATE kv SET value = replace(value, '\"content\":\"', "
+                "'\"content\":\"edited meanwhile ') WHERE key = ?",
+                (f"memory:{agent}:{level}:{key}",),
+            )
+    raw.execute("COMMIT")
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.close()
+    return copy
+
+
+def bench_drift(path: object, count: int, repeat: int, share: float) -> None:
+    """Issue 36: search p95 with ``share`` of the memories unindexed or stale, against the
+    bare FTS5 query on the same store (target: within 10x); and where the time goes."""
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import records as memory
+    from triggerfish_cli.memory.index import SearchRequest
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.fts import Fts5Index
+    from triggerfish_cli.storage.sqlite.fts_drift import drifted_copy, drifted_sql
+    from triggerfish_cli.storage.sqlite.fts_query import fts_query
+    from triggerfish_cli.storage.sqlite.fts_search import Fts5Search
+
+    copy = drifted_store(path, share)
+    provider = SqliteStorage(copy)
+    conn = provider.connection
+    index = Fts5Index(conn, provider)
+    bare_sql = (
+        "SELECT agent_id, classification, key, rank FROM memory_fts "
+        "WHERE memory_fts MATCH ? ORDER BY rank LIMIT 10"
+    )
+    cases = [(Level.RESTRICTED, None, 1), (Level.RESTRICTED, None, 2), (Level.PUBLIC, "main-session", 1)]
+    print(f"search with {share:.0%} of the memories unindexed or stale, {count} queries, "
+          f"{repeat} repeats (times in ms; p95 per repeat, then median [min-max] of repeats)")
+    for taint, agent, words in cases:
+        rng = random.Random(words)
+        queries = sample_queries(conn, words, count, rng)
+        ratios, bares, ourses, parts = [], [], [], {"find": [], "fill": [], "index": [], "drifted": []}
+        drifted = 0
+        for _ in range(repeat):
+            ours: list[float] = []
+            bare: list[float] = []
+            for query in queries:  # each run of ours beside a run of the bare query
+                match = fts_query(query, raw=False)
+                conn.execute(bare_sql, (match,)).fetchall()
+                started = time.perf_counter()
+                conn.execute(bare_sql, (match,)).fetchall()
+                bare.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                result = memory.search(provider, query, taint=taint, agent=agent, limit=10)
+                ours.append(time.perf_counter() - started)
+                drifted = result.drifted
+            ratios.append(p95(ours) / p95(bare))
+            bares.append(p95(bare))
+            ourses.append(p95(ours))
+            # Where the time goes, on one query of each repeat: its parts one by one.
+            request = SearchRequest(queries[0], False, taint, agent, None, 10)
+            started = time.perf_counter()
+            sql, params = drifted_sql(request)
+            for _row in conn.execute(sql, params):
+                pass
+            parts["find"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            private, _ = drifted_copy(conn, request)
+            parts["fill"].append(time.perf_counter() - started - parts["find"][-1])
+            started = time.perf_counter()
+            Fts5Search.search(index, request)
+            parts["index"].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            from triggerfish_cli.storage.sqlite.fts import _DriftSearch
+
+            _DriftSearch(private, index).search(request)
+            parts["drifted"].append(time.perf_counter() - started)
+            private.close()
+
+        def spread(values: list[float], scale: float = 1e3) -> str:
+            return f"{median(values) * scale:.1f} [{min(values) * scale:.1f}-{max(values) * scale:.1f}]"
+
+        ratio = median(ratios)
+        print(
+            f"  {taint.name:<10} {agent or 'all agents':<13} {words}-word ({drifted} drifted "
+            f"searched): bare p95 {spread(bares)} | ours p95 {spread(ourses)} | ratio "
+            f"{spread(ratios, 1)}x (target <= 10x) {'OK' if ratio <= 10 else 'MISSED'}"
+        )
+        print(
+            "    parts of one search: find drifted rows "
+            + " | ".join(f"{name} {spread(values)}" for name, values in parts.items())
+        )
+    provider.close()
+    for suffix in ("", "-wal", "-shm"):
+        (copy.parent / (copy.name + suffix)).unlink(missing_ok=True)
+
+
 EMPTY_INDEX = (
     "DROP TABLE memory_fts",
     "DROP TABLE memory_meta",
@@ -350,7 +467,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30, help="runs of list and hidden-word")
     parser.add_argument("--long-mb", type=int, default=10, help="the long memory's size")
     parser.add_argument("--long-only", action="store_true", help="only the long-memory search")
+    parser.add_argument("--drift", type=float, default=0.02, help="share unindexed or stale")
+    parser.add_argument("--drift-only", action="store_true", help="only the drifted search")
+    parser.add_argument("--drift-repeat", type=int, default=3, help="repeats of the drifted one")
     args = parser.parse_args()
+    if args.drift_only:
+        bench_drift(build(args.memories), args.queries, args.drift_repeat, args.drift)
+        return
     if args.long_only:
         bench_long_memory(args.long_mb, min(args.repeat, 10))
         return
@@ -359,6 +482,7 @@ def main() -> None:
     bench_list(path, args.repeat)
     bench_hidden_word(args.hidden, args.repeat)
     bench_search(path, args.queries)
+    bench_drift(path, args.queries, args.drift_repeat, args.drift)
     if not args.skip_reindex:
         bench_reindex(path)
 
