@@ -162,16 +162,14 @@ def _drifted_store(path: Path, seed: int) -> Path:
     part indexed, then edits, soft deletes and deletes of kv alone."""
     rng = random.Random(seed)
     rows: dict[str, str] = {}
-    for n in range(160):
+    for _ in range(160):
         agent = rng.choice([MAIN, MAIN, CRON])
         level = rng.choice(LEVELS)
         key = f"k{rng.randrange(60)}"  # shared keys: versions at several levels
         text = " ".join(rng.choices(WORDS, k=rng.randrange(1, 9)))
         tags = rng.sample(["work", "home", "otter"], rng.randrange(0, 3))
         rows[mkey(agent, level, key)] = memory_record(key, level, text, agent=agent, tags=tags)
-    indexed = tuple(
-        tuple(skey.split(":", 3)[1:]) for skey in rows if rng.random() < 0.7
-    )
+    indexed = tuple(tuple(skey.split(":", 3)[1:]) for skey in rows if rng.random() < 0.7)
     write_gateway_store(path, rows, indexed)  # type: ignore[arg-type]
     conn = sqlite3.connect(path)
     for skey in rng.sample(sorted(rows), 40):

@@ -27,10 +27,8 @@ repair); this module holds the index class itself with its writes, and
 
 from __future__ import annotations
 
-import contextlib
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from triggerfish_cli import cells
@@ -65,14 +63,19 @@ class Fts5Index(Fts5Search, Fts5Repair):
     """:class:`~triggerfish_cli.memory.index.MemoryIndex` on a SQLite connection."""
 
     def search(self, request: SearchRequest) -> SearchResult:
-        """Ranked hits from the index tables (:meth:`Fts5Search.search`); a store
+        """Ranked hits from the index tables (:meth:`Fts5Search.search`) and from the
+        memories they lack or hold stale (fts_drift.py), merged by score; a store
         without them is searched by a scan (:class:`ScanIndex`)."""
         if not self.present:
             assert self.storage is not None
             return ScanIndex(self.storage).search(request)
         if self.storage is None:  # a private copy of ours: it never drifts
             return super().search(request)
-        with self._reading(), self._errors("search", request.text):
+        # One read transaction (a WAL snapshot, no lock the gateway's writes meet, and no
+        # checkpoint after it: a search writes nothing), so the index, the drifted
+        # memories and the kv checks are of one moment.
+        reading = self.storage.read_snapshot("search", checkpoint=False)
+        with reading, self._errors("search", request.text):
             result = super().search(request)
             private, result.drifted = drifted_copy(self.conn, request)
             try:
@@ -81,20 +84,6 @@ class Fts5Index(Fts5Search, Fts5Repair):
             finally:
                 private.close()
         return result
-
-    @contextmanager
-    def _reading(self) -> Iterator[None]:
-        """One read transaction (a WAL snapshot: no lock the gateway's writes meet), so
-        the index, the drifted memories and the kv checks are of one moment."""
-        if self.conn.in_transaction:
-            yield
-            return
-        self.conn.execute("BEGIN")
-        try:
-            yield
-        finally:
-            with contextlib.suppress(sqlite3.Error):
-                self.conn.execute("COMMIT")
 
     # -- writes ---------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ from triggerfish_cli.storage.sqlite.sql import (
     UPSERT_META,
     lenient,
     odd_rows,
+    private_transaction,
     range_clause,
 )
 
@@ -82,18 +83,17 @@ def _fill(store: sqlite3.Connection, request: SearchRequest) -> tuple[sqlite3.Co
     loads = fast_loads()
     count = 0
     try:
-        private.execute("BEGIN")
-        cursor = store.execute(sql, params)
-        while batch := cursor.fetchmany(BATCH):
-            rows = []
-            for skey, value in odd_rows(batch):
-                record = parse_record(skey, value, loads)
-                if isinstance(record, MemoryRecord) and record.live:
-                    rows.append((fts_row(record), value))
-            private.executemany(INSERT_FTS, [row for row, _ in rows])
-            private.executemany(UPSERT_META, [(*row[:3], value) for row, value in rows])
-            count += len(rows)
-        private.execute("COMMIT")
+        with private_transaction(private):
+            cursor = store.execute(sql, params)
+            while batch := cursor.fetchmany(BATCH):
+                rows = []
+                for skey, value in odd_rows(batch):
+                    record = parse_record(skey, value, loads)
+                    if isinstance(record, MemoryRecord) and record.live:
+                        rows.append((fts_row(record), value))
+                private.executemany(INSERT_FTS, [row for row, _ in rows])
+                private.executemany(UPSERT_META, [(*row[:3], value) for row, value in rows])
+                count += len(rows)
     except BaseException:
         private.close()
         raise
