@@ -60,9 +60,18 @@ SELECT key, value FROM c WHERE level IN ({levels}) AND NOT EXISTS (
 
 
 def drifted_sql(request: SearchRequest) -> tuple[str, list[str]]:
-    """The statement that lists the drifted memories a search covers, and its parameters."""
-    where, params = range_clause(agent_prefix(request.agent))
+    """The statement that lists the drifted memories a search covers, and its parameters.
+
+    One agent: the key range of each visible level (the hidden ones are never
+    read); every agent: the whole memory range, levels filtered by name.
+    """
     names = [level.name for level in visible_levels(request.taint)]
+    prefixes = [agent_prefix(request.agent)]
+    if request.agent is not None:
+        prefixes = [f"{prefixes[0]}{name}:" for name in names]
+    clauses = [range_clause(prefix) for prefix in prefixes]
+    where = " OR ".join(f"({clause})" for clause, _ in clauses)
+    params = [param for _, clause_params in clauses for param in clause_params]
     sql = _DRIFTED.format(where=where, levels=",".join("?" * len(names)))
     return sql, [*params, *names]
 
