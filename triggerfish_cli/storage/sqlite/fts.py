@@ -19,10 +19,16 @@ so it returns fewer hits than asked whenever hidden rows rank high. Ours
 reads on until it has ``limit`` hits or the matches run out: never fewer
 than asked while that many visible records match.
 
+The memories the index lacks or holds stale (the gateway never indexes what
+cron and trigger runs save) are searched too, from kv, in a private index of
+the same shape, and both results merged by score (:mod:`.fts_drift`): the
+hits are those of a freshly reindexed store, and the store is not written.
+
 The index's parts: :mod:`.fts_tables` (rows, the RAM copy, plumbing),
-:mod:`.fts_search` (the ranked search), :mod:`.fts_repair` (drift and
-repair); this module holds the index class itself with its writes, and
-:class:`ScanIndex` for stores without the tables.
+:mod:`.fts_search` (the ranked search), :mod:`.fts_drift` (the drifted
+memories), :mod:`.fts_repair` (drift and repair); this module holds the
+index class itself with its writes, and :class:`ScanIndex` for stores
+without the tables.
 """
 
 from __future__ import annotations
