@@ -16,7 +16,9 @@ gets the scan index, which reads every memory and gives the same results.
     and key (the highest visible live version), and is returned only when
     that version itself matches: a lower version never shows through.
     Nothing above the taint is returned, counted or named. Level, expiry,
-    shadowing and tag filters apply before the limit.
+    shadowing and tag filters apply before the limit. Complete: a memory the
+    index lacks or holds stale is searched by its text in kv, so the hits are
+    those of a freshly reindexed index.
 
 ``write(storage_key, update)``
     Read the current kv value of one memory, compute the new one with
