@@ -79,9 +79,11 @@ class Fts5Index(Fts5Search, Fts5Repair):
             return super().search(request)
         # One read transaction (a WAL snapshot, no lock the gateway's writes meet, and no
         # checkpoint after it: a search writes nothing), so the index, the drifted
-        # memories and the kv checks are of one moment.
+        # memories and the kv checks are of one moment. Finding the drifted memories
+        # reads every value in scope: through the page cache, not the memory map, so
+        # the resident set stays flat (storage.unmapped).
         reading = self.storage.read_snapshot("search", checkpoint=False)
-        with reading, self._errors("search", request.text):
+        with self.storage.unmapped(), reading, self._errors("search", request.text):
             result = super().search(request)
             private, result.drifted = drifted_copy(self.conn, request)
             try:
