@@ -1,9 +1,8 @@
 """Where stores are, for options that name them (``migrate --from/--to``, ``--db``).
 
-Store addresses (:func:`parse_address`, shared by ``--db``/``TRIGGERFISH_DB``
-and ``migrate``): ``postgresql://`` (or ``postgres://``) and ``s3://`` URLs.
-Passwords and credentials never go in one (exit 4: they come from the
-environment); an unknown ``scheme://`` or a malformed address is exit 2.
+Store addresses (``postgresql://``, ``s3://``) are parsed by
+:func:`~triggerfish_cli.storage.remote_settings.parse_address`, the one
+parser shared with ``--db``/``TRIGGERFISH_DB`` (storage/factory.py).
 
 ``migrate`` takes one documented form for each kind of store:
 
@@ -20,99 +19,19 @@ opened read-only.
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
-from triggerfish_cli.errors import (
-    InvalidDataError,
-    MissingStoreError,
-    RefusedError,
-    UsageError,
-)
+from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
 from triggerfish_cli.paths import default_db_path
 from triggerfish_cli.settings import StorageConfig, load_settings
 from triggerfish_cli.storage.backends import describe_config as backend_describe
 from triggerfish_cli.storage.backends import in_local_files, parse_storage_section, transient
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.remote_settings import (
-    CREDENTIALS_HINT,
-    check_dsn,
-    check_endpoint,
-    check_schema,
-    parse_s3_url,
-    split_postgres_url,
-)
+from triggerfish_cli.storage.remote_settings import parse_address
 
 #: File names that are SQLite stores without a directory in front of them.
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
-#: The schemes of store addresses, and the backend each names.
-SCHEMES = {"postgresql": "postgres", "postgres": "postgres", "s3": "s3"}
-ADDRESS_HINT = "give a SQLite path, postgresql://HOST/DB?schema=NAME or s3://BUCKET/PREFIX"
-_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
-
-
-def parse_address(
-    spec: str, where: str, *, endpoint_url: str | None = None
-) -> StorageConfig | None:
-    """A ``postgresql://`` or ``s3://`` address -> its store; None when ``spec`` is none.
-
-    ``where`` names the option (``--to``, ``--db``, ``TRIGGERFISH_DB``) in
-    messages and ``chosen_by``. A path with a colon (``./a:b.db``, ``a:b``)
-    is no address; ``name://...`` with an unknown name, and a known scheme
-    without its ``//`` (``s3:bucket``), are exit 2. The address itself is
-    never repeated in a message: it could hold a secret.
-    """
-    match = _SCHEME.match(spec)
-    if match is None:
-        return None
-    scheme, rest = match.group(1).lower(), spec[match.end() :]
-    if scheme not in SCHEMES:
-        if rest.startswith("//"):
-            raise UsageError(f"{where}: unknown kind of store {scheme}://", hint=ADDRESS_HINT)
-        return None
-    if not rest.startswith("//"):
-        raise UsageError(
-            f"{where}: {scheme}: must be followed by // ({scheme}://...)",
-            hint=f"{ADDRESS_HINT}; a SQLite file of that name: ./{scheme}:...",
-        )
-    backend = SCHEMES[scheme]
-    try:
-        if backend == "postgres":
-            options = _postgres_address(spec, where)
-        else:
-            options = _s3_address(spec, where, endpoint_url)
-    except InvalidDataError as exc:
-        raise UsageError(f"{where}: {exc.message}", hint=exc.hint or ADDRESS_HINT) from None
-    return StorageConfig(backend, options=options, source=where, chosen_by=f"from {where}")
-
-
-def _postgres_address(spec: str, where: str) -> dict[str, Any]:
-    check_dsn(spec, where)  # first: nothing below may echo a password
-    parts = urlsplit(spec)
-    try:
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise InvalidDataError(f"not a port number in {parts.netloc!r}") from None
-    dsn, schema = split_postgres_url(spec)
-    options: dict[str, Any] = {"dsn": dsn}
-    if schema is not None:
-        options["schema"] = check_schema(schema, "schema")
-    return options
-
-
-def _s3_address(spec: str, where: str, endpoint_url: str | None) -> dict[str, Any]:
-    parts = urlsplit(spec)
-    if "@" in parts.netloc:
-        raise RefusedError(f"{where}: credentials never go in the address", hint=CREDENTIALS_HINT)
-    if parts.query or parts.fragment:
-        raise InvalidDataError("an s3:// address takes no ?query or #fragment")
-    options = parse_s3_url(spec)
-    if endpoint_url is not None:
-        options["endpoint_url"] = check_endpoint(endpoint_url, "--endpoint-url")
-    return options
 
 
 def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> StorageConfig:

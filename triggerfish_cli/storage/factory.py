@@ -28,11 +28,11 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError, UsageError
-from triggerfish_cli.locations import ADDRESS_HINT, parse_address
 from triggerfish_cli.paths import db_path_in, resolve_base
 from triggerfish_cli.settings import Settings, StorageConfig
 from triggerfish_cli.storage.backends import BACKENDS, known_backends, parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.storage.remote_settings import ADDRESS_HINT, parse_address
 
 #: Python modules of the optional extras: module -> (what it supports, extra).
 EXTRAS: dict[str, tuple[str, str]] = {
