@@ -28,7 +28,8 @@ def own_process() -> None:
 
 @dataclass
 class AppState:
-    db: Path | None = None
+    #: --db as given: a store address or a SQLite path (storage/factory.py).
+    db: str | None = None
     config: Path | None = None
     backend: str | None = None
     #: Where --db and --backend came from: the option, or its environment variable.

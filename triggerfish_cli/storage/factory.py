@@ -2,7 +2,11 @@
 
 Precedence, first match wins:
 
-1. ``--db PATH`` (or ``TRIGGERFISH_DB``): SQLite at that path.
+1. ``--db`` (or ``TRIGGERFISH_DB``): a store address (``postgresql://...``,
+   ``s3://bucket/prefix``, parsed as ``migrate --to`` parses them), else
+   SQLite at that path. Other settings of that backend (timeouts, endpoint,
+   region, ...) come from the ``storage:`` section when it names the same
+   backend.
 2. ``--backend NAME`` (or ``TRIGGERFISH_BACKEND``): that backend, with the
    settings of the ``storage:`` section when it names the same backend.
 3. The ``storage:`` section of ``triggerfish.yaml``.
@@ -19,6 +23,7 @@ target). A store that does not exist is a :class:`MissingStoreError`
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +32,7 @@ from triggerfish_cli.paths import db_path_in, resolve_base
 from triggerfish_cli.settings import Settings, StorageConfig
 from triggerfish_cli.storage.backends import BACKENDS, known_backends, parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
+from triggerfish_cli.storage.remote_settings import ADDRESS_HINT, parse_address
 
 #: Python modules of the optional extras: module -> (what it supports, extra).
 EXTRAS: dict[str, tuple[str, str]] = {
@@ -52,7 +58,7 @@ def missing_extra(exc: ModuleNotFoundError) -> BackendUnavailableError | None:
 def resolve_storage(
     settings: Settings,
     *,
-    db: Path | None = None,
+    db: str | Path | None = None,
     backend: str | None = None,
     env: Mapping[str, str] | None = None,
     db_from: str = "--db",
@@ -66,17 +72,7 @@ def resolve_storage(
     if backend is not None and backend not in known_backends():
         raise UsageError(f"unknown backend {backend!r} (known: {', '.join(known_backends())})")
     if db is not None:
-        if backend not in (None, "sqlite"):
-            raise UsageError(
-                f"--db names a SQLite file; it cannot be used with --backend {backend}"
-            )
-        return StorageConfig(
-            "sqlite",
-            path=db,
-            options=_sqlite_defaults(settings),
-            source="--db",
-            chosen_by=f"from {db_from}",
-        )
+        return _named_store(settings, db, db_from, backend, backend_from)
     section = settings.storage_section()
     if section is not None:
         configured, options = parse_storage_section(section, settings.path)
@@ -108,13 +104,36 @@ def resolve_storage(
     return StorageConfig(backend, source="--backend", chosen_by=f"from {backend_from} {backend}")
 
 
-def _sqlite_defaults(settings: Settings) -> dict[str, Any]:
+def _named_store(
+    settings: Settings, db: str | Path, db_from: str, backend: str | None, backend_from: str
+) -> StorageConfig:
+    """The store ``--db`` names: an address (see locations.py), else a SQLite path."""
+    address = None
+    if isinstance(db, str):
+        if not db.strip():
+            raise UsageError(f"{db_from}: empty", hint=ADDRESS_HINT)
+        address = parse_address(db, db_from)
+    named = address or StorageConfig("sqlite", path=Path(db), source="--db")
+    if backend not in (None, named.backend):
+        raise UsageError(
+            f"{db_from} names a {named.backend} store; it cannot be used with "
+            f"{backend_from} {backend}"
+        )
+    options = {**_section_defaults(settings, named.backend), **named.options}
+    return replace(named, options=options, source="--db", chosen_by=f"from {db_from}")
+
+
+#: Settings that say where a store is: --db names them itself.
+_PLACE = ("path", "dsn", "schema", "bucket", "prefix")
+
+
+def _section_defaults(settings: Settings, backend: str) -> dict[str, Any]:
+    """The storage: section's other settings when it names ``backend``."""
     section = settings.storage_section()
-    if section is None or section.get("backend", "sqlite") != "sqlite":
+    if section is None or section.get("backend", "sqlite") != backend:
         return {}
     _, options = parse_storage_section(section, settings.path)
-    options.pop("path", None)
-    return options
+    return {name: value for name, value in options.items() if name not in _PLACE}
 
 
 def open_provider(config: StorageConfig, *, create: bool = False) -> StorageProvider:
