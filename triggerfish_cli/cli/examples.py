@@ -22,7 +22,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "kv export": (f"{P} kv export conv: > conv.jsonl", f"{P} kv export -f csv -o all.csv"),
     "kv import": (
         f"{P} kv import conv.jsonl --dry-run",
-        f"{P} kv export | {P} --db copy.db kv import -",
+        f"{P} kv export -t RESTRICTED | {P} --db copy.db kv import --create -t RESTRICTED -",
     ),
     "demo create": (
         f"{P} demo create --records 20000",

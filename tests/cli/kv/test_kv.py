@@ -404,6 +404,7 @@ def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Pat
         "new": 1,
         "replaced": 1,
         "unchanged": 1,
+        "memories": 0,
         "written": 0,
         "dry_run": True,
     }
