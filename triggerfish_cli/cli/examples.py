@@ -16,7 +16,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "kv set": (f"{P} kv set prefs:owner:bumpers_default true", f"{P} kv set note:x --raw < x.txt"),
     "kv delete": (
         f"{P} kv delete --prefix 'pairing:pending:' --dry-run",
-        f"{P} kv delete healthcheck:test --yes",
+        f"{P} kv delete pairing:pending:telegram --yes",
     ),
     "kv clear": (f"{P} kv clear --dry-run", f"{P} --db scratch.db kv clear --yes"),
     "kv export": (f"{P} kv export conv: > conv.jsonl", f"{P} kv export -f csv -o all.csv"),
@@ -105,7 +105,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "status": (f"{P} status", f"{P} status -f json | jq '.live_writers'"),
     "help": (f"{P} help kv list", f"{P} help --json | jq '.commands[].name'"),
-    "completion": (f"{P} completion bash > ~/.local/share/bash-completion/completions/{P}",),
+    "completion": (
+        f"source <({P} completion bash)",
+        f"mkdir -p ~/.local/share/bash-completion/completions && "
+        f"{P} completion bash > ~/.local/share/bash-completion/completions/{P}",
+    ),
 }
 
 
