@@ -51,7 +51,8 @@ def export_cmd(
     """Every key and value as JSON Lines: {"key": ..., "value": ...}, value exactly as stored.
 
     --format json gives one JSON list of the same objects, csv a key,value table
-    (table, the default, means JSON Lines here). `kv import` reads all three back.
+    (table, the default, means JSON Lines here). `kv import` reads all three back
+    (a whole store: both at --taint RESTRICTED).
     """
     # lazy: cli.output adds 14 modules to `kv --help`; kv.transfer to `kv get`
     from triggerfish_cli.cli.output import Output
