@@ -165,6 +165,8 @@ def test_memory_rows_are_imported_into_a_store_and_found_by_search(
                                                                         "vault combination")},
     ]  # fmt: skip
     text = "".join(json.dumps(line) + "\n" for line in lines)
+    made = cli(*store.args, "memory", "reindex", "-t", "RESTRICTED")  # the index tables, as the
+    assert made.exit_code == 0, made.stderr  # gateway makes them when it starts
     done = cli(*store.args, "kv", "import", "-", "--taint", "INTERNAL", "-f", "json", input=text)
     assert done.exit_code == 0, done.stderr
     assert done.json()["memories"] == 2  # type: ignore[index]
@@ -179,3 +181,5 @@ def test_memory_rows_are_imported_into_a_store_and_found_by_search(
     assert cli(*store.args, "memory", "search", "green", "-f", "json").json() == []
     again = cli(*store.args, "memory", "search", "coffee", "-f", "json")
     assert [hit["key"] for hit in again.json()] == ["drink"]  # type: ignore[union-attr]
+    drift = cli(*store.args, "memory", "reindex", "-t", "INTERNAL", "-n", "-f", "json").json()
+    assert [drift[name] for name in ("missing", "stale", "orphaned")] == [0, 0, 0]  # type: ignore[index]
