@@ -112,8 +112,8 @@ class BackendUnavailableError(TriggerfishError):
 class MissingStoreError(BackendUnavailableError):
     """No store where one was looked for: a missing SQLite file, a Postgres schema
     without its table, an S3 prefix holding nothing. Only the commands that make a
-    store (``demo create``, ``migrate`` into its target, a restore into an empty
-    target) create one; every other command stops here (exit 7)."""
+    store (``demo create``, ``kv import --create``, ``migrate`` into its target, a
+    restore into an empty target) create one; every other command stops here (exit 7)."""
 
 
 class InvalidDataError(TriggerfishError):

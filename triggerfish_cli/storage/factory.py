@@ -15,8 +15,8 @@ Precedence, first match wins:
    ``$HOME/.triggerfish``).
 
 A store is never created here unless the caller asks (``create=True``:
-``demo create``, ``migrate`` into its target, a restore into an empty
-target). A store that does not exist is a :class:`MissingStoreError`
+``demo create``, ``kv import --create``, ``migrate`` into its target, a
+restore into an empty target). A store that does not exist is a :class:`MissingStoreError`
 (exit 7) naming the place and how it was chosen.
 """
 
