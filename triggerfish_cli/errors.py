@@ -92,6 +92,11 @@ class RefusedError(TriggerfishError):
     exit_code: int = ExitStatus.REFUSED.value
 
 
+class NotConfirmedError(RefusedError):
+    """The operator declined at a prompt: nothing changed (exit 4). An answer, not a
+    failure: its line has no "error:" prefix."""
+
+
 class VerificationError(TriggerfishError):
     """A checksum or integrity check failed."""
 

@@ -146,7 +146,10 @@ class BoundaryGroup(TyperGroup):
             if debug:
                 _traceback()
             failure = errors.resource_error(exc) or exc
-            code = _fail(str(failure), failure.exit_code)
+            if isinstance(failure, errors.NotConfirmedError):  # an answer, not an error
+                code = _say(str(failure), failure.exit_code)
+            else:
+                code = _fail(str(failure), failure.exit_code)
         except KeyboardInterrupt:
             code = _fail("interrupted", 130)
         except (BrokenPipeError, PipeClosed):  # `... | head`: stop quietly, status 0
@@ -232,6 +235,14 @@ def _fail(message: str, code: int) -> int:
     except (MemoryError, OSError, ImportError):  # out of memory or files even for that
         with contextlib.suppress(OSError):
             os.write(2, f"error: {line}\n".encode("utf-8", "replace"))
+    return code
+
+
+def _say(message: str, code: int) -> int:
+    """``message`` on stderr as it is (no "error:"), and ``code``."""
+    with contextlib.suppress(OSError):
+        sys.stderr.write(message + "\n")
+        sys.stderr.flush()
     return code
 
 
