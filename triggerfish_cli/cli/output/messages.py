@@ -35,7 +35,11 @@ class Messages(Base):
         if len(messages) > most:
             self.warn(f"... and {len(messages) - most} more like these")
 
-    def error(self, message: str) -> None:
+    def error(self, message: str, *, answer: bool = False) -> None:
+        """``error: message``; an ``answer`` (a declined prompt) without the prefix."""
+        if answer:
+            self.stderr.write(self._fold(self.stderr, safe(message, newlines=True)) + "\n")
+            return
         prefix = "error:"
         if self.color and self.stderr_is_tty:
             prefix = "\x1b[31merror:\x1b[0m"
