@@ -40,7 +40,7 @@ from triggerfish_cli.errors import (
     VerificationError,
     WriteError,
 )
-from triggerfish_cli.fileio import fsync_dir, nofollow, pid_alive, trusted_link
+from triggerfish_cli.fileio import fsync_dir, make_directory, nofollow, pid_alive, trusted_link
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.backends import file_backend, files_of
@@ -145,7 +145,7 @@ def restore_physical(
     target = store_file(target)  # swap the file itself, not a symlink to it
     files = files_of(backend)
     check_not_open(target, force, backend)
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_directory(target.parent)
     scratch = scratch_path(target)
     try:
         result = verify_file(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from triggerfish_cli.errors import BackendUnavailableError, MissingStoreError, UsageError
-from triggerfish_cli.paths import db_path_in, resolve_base
+from triggerfish_cli.paths import DATA_DIR_ENV, db_path_in, resolve_base
 from triggerfish_cli.settings import Settings, StorageConfig
 from triggerfish_cli.storage.backends import BACKENDS, known_backends, parse_storage_section
 from triggerfish_cli.storage.provider import StorageProvider
@@ -153,6 +153,11 @@ def open_provider(config: StorageConfig, *, create: bool = False) -> StorageProv
     except MissingStoreError as exc:
         if not config.chosen_by:
             raise
+        above = _store_one_level_up(config)
+        if above is not None:
+            raise MissingStoreError(
+                f"{exc.message} ({config.chosen_by})", hint=_one_level_up_hint(above, config)
+            ) from None
         raise MissingStoreError(_missing_message(exc.message, config), hint=exc.hint) from None
 
 
@@ -161,3 +166,21 @@ def _missing_message(message: str, config: StorageConfig) -> str:
     if config.backend == "sqlite" and config.source in ("default", "config"):
         text += "; the gateway creates it on first start"
     return text
+
+
+def _store_one_level_up(config: StorageConfig) -> Path | None:
+    """``<base>/triggerfish.db`` when the base directory named is the ``data`` directory
+    itself (``TRIGGERFISH_DATA_DIR=<base>/data`` by mistake) and a store is there."""
+    if config.backend != "sqlite" or config.source != "default" or config.path is None:
+        return None
+    above = config.path.parent.parent / config.path.name
+    return above if above.is_file() else None
+
+
+def _one_level_up_hint(above: Path, config: StorageConfig) -> str:
+    base = above.parent.parent
+    if DATA_DIR_ENV in config.chosen_by:
+        fix = f"set TRIGGERFISH_DATA_DIR={base}"
+    else:
+        fix = f"the base directory is {base}, the one that holds data/"
+    return f"a store is one level up, at {above}: {fix}"
