@@ -46,15 +46,6 @@ EXITS = {
     "triggerfish-admin backup diff A.db.zst B.jsonl.zst --keys --exit-code": (0, 1),
 }
 
-#: Lines that fail until another part of issue 36 is merged (strict: a pass fails, so
-#: the mark is dropped then).
-ELSEWHERE = {
-    "triggerfish-admin backup keygen -o ~/.config/triggerfish/backup.key": (
-        "issue 36, Smaller: backup keygen -o creates its parent directory (0700)"
-    ),
-}
-
-
 def example_lines() -> Iterator[tuple[str, str]]:
     """``(command path, line)`` for every Examples line, as --help prints them."""
     for node in walk(command_tree()):
@@ -65,10 +56,7 @@ def example_lines() -> Iterator[tuple[str, str]]:
 def params() -> list[object]:
     found: list[object] = []
     for path, line in example_lines():
-        marks = []
-        if line in ELSEWHERE:
-            marks.append(pytest.mark.xfail(strict=True, reason=ELSEWHERE[line]))
-        found.append(pytest.param(path, line, marks=marks, id=line[18:70]))
+        found.append(pytest.param(path, line, id=line[18:70]))
     return found
 
 
