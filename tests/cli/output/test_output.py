@@ -176,7 +176,7 @@ def test_columns_stay_put_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None
         {"key": "k999", "bytes": 123456789, "level": "PUBLIC", "note": "n"},
     ]
     errors = io.StringIO()
-    text = table(first + later, ESSENTIAL, width=60, monkeypatch=monkeypatch, stderr=errors)
+    text = table([*first, *later], ESSENTIAL, width=60, monkeypatch=monkeypatch, stderr=errors)
     lines = text.splitlines()
     edges = _edges(lines[0])
     for line in lines[1 : FIRST_PAGE + 1]:
@@ -194,7 +194,7 @@ def test_columns_stay_put_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None
 def test_a_value_wider_than_its_column_ends_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
     first = [{"key": f"k{n:03d}", "bytes": n} for n in range(FIRST_PAGE)]
     long_key = "lineage-session:" + "x" * 30
-    data = first + [{"key": long_key, "bytes": 5}]
+    data = [*first, {"key": long_key, "bytes": 5}]
     lines = table(data, ESSENTIAL[:2], width=30, monkeypatch=monkeypatch).splitlines()
     assert lines[-2] == long_key  # whole, never cut
     assert lines[-1] == " " * (len(lines[1]) - 1) + "5"  # the bytes where they were

@@ -66,7 +66,8 @@ def export_cmd(
                 keys.raw_rows(provider.scan(prefix, batch_size=2000), reads), notes
             )
         )
-        out.rows(rows, [Column("key", "key", essential=True), Column("value", "value", essential=True)])
+        columns = [Column("key", "key", essential=True), Column("value", "value", essential=True)]
+        out.rows(rows, columns)
 
     if output is None:
         with transfer.flat_memory(provider):

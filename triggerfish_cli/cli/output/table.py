@@ -7,10 +7,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import chain, islice
 from typing import IO, Any
 
+from triggerfish_cli.cli.output.layout import arrange, fit_text, room
 from triggerfish_cli.cli.output.text import (
     FIRST_PAGE,
     GAP,
-    MIN_TEXT,
     PAGE,
     Column,
     TableOptions,
@@ -21,7 +21,6 @@ from triggerfish_cli.cli.output.text import (
     natural_widths,
     pad,
     safe,
-    total_width,
 )
 from triggerfish_cli.errors import UsageError
 
@@ -88,96 +87,14 @@ class Table:
 
     # -- widths ---------------------------------------------------------------
 
-    def _fit_text(self, columns: Sequence[Column], widths: list[int]) -> list[int]:
-        """Cut free-text columns (widest first, down to MIN_TEXT) until the table fits."""
-        if self.limit is None:
-            return widths
-        widths = list(widths)
-        excess = total_width(widths) - self.limit
-        while excess > 0:
-            texts = [
-                i
-                for i, c in enumerate(columns)
-                if c.is_text and widths[i] > max(MIN_TEXT, display_width(c.header))
-            ]
-            if not texts:
-                break
-            widest = max(texts, key=lambda i: widths[i])
-            floor = max(MIN_TEXT, display_width(columns[widest].header))
-            give = min(excess, widths[widest] - floor)
-            widths[widest] -= give
-            excess -= give
-        return widths
-
-    def _drop_order(self) -> list[int]:
-        """Which shown columns give way, first to last: those the table names in
-        ``gives_way``, in that order, then free text from the right, then the rest
-        from the right. Essential columns never do (nor the first column of a table
-        that declares none)."""
-        declared = any(c.essential for c in self.shown)
-        droppable = [
-            i for i, c in enumerate(self.shown) if not c.essential and (declared or i)
-        ]
-        named = [i for f in self.gives_way for i in droppable if self.shown[i].field == f]
-        rest = [i for i in reversed(droppable) if i not in named]
-        texts = [i for i in rest if self.shown[i].is_text]
-        return named + texts + [i for i in rest if not self.shown[i].is_text]
-
     def _arrange(self, natural: list[int]) -> tuple[list[int], list[int]]:
         """The shown columns to keep and their widths, for these natural widths."""
-
-        def fit(keep: list[int]) -> list[int]:
-            return self._fit_text([self.shown[i] for i in keep], [natural[i] for i in keep])
-
         keep = list(range(len(self.shown)))
-        widths = fit(keep)
-        if self.limit is None or self.chosen or total_width(widths) <= self.limit:
-            return keep, widths
-        for index in self._drop_order():
-            if total_width(widths) <= self.limit:
-                break
-            keep.remove(index)
-            widths = fit(keep)
-        return keep, self._cap(keep, widths)
-
-    def _cap(self, keep: list[int], widths: list[int]) -> list[int]:
-        """Essential columns too wide for the terminal together are aligned to what fits.
-
-        A longer value is still printed whole: it ends its line, and the rest
-        of its row continues on the next one, each cell in its column.
-        """
-        assert self.limit is not None
-        widths = list(widths)
-        excess = total_width(widths) - self.limit
-        while excess > 0:
-            columns = [
-                i
-                for i in range(len(keep))
-                if widths[i] > display_width(self.shown[keep[i]].header) and i < len(keep) - 1
-            ]
-            if not columns:
-                break
-            widest = max(columns, key=lambda i: widths[i])
-            give = min(excess, widths[widest] - display_width(self.shown[keep[widest]].header))
-            widths[widest] -= give
-            excess -= give
-        return widths
-
-    def _room(self) -> None:
-        """Give the room left on the terminal (up to its own width again) to the
-        widest essential identifier column that is not the last: keys further down
-        a long table may be longer."""
         if self.limit is None:
-            return
-        ids = [
-            i
-            for i, c in enumerate(self.shown[:-1])
-            if c.essential and not (c.is_text or c.is_number)
-        ]
-        slack = self.limit - total_width(self.widths)
-        if ids and slack > 0:
-            widest = max(ids, key=lambda i: self.widths[i])
-            self.widths[widest] += min(slack, self.widths[widest])
+            return keep, natural
+        if self.chosen:
+            return keep, fit_text(self.shown, natural, self.limit)
+        return arrange(self.shown, natural, self.limit, self.gives_way)
 
     def _page(self, cells: list[list[str]]) -> list[list[str]]:
         """Fit a page: widths grow (never shrink) to its cells; columns give way if needed.
@@ -263,8 +180,8 @@ class Table:
         cells = self._page(cells)
         if footer:
             cells.pop()
-        if more:
-            self._room()
+        if more and self.limit is not None:
+            self.widths = room(self.shown, self.widths, self.limit)
         if self.hidden and self.note is not None:
             self.note(self.hidden)
         self.cuts = [c.is_text for c in self.shown]
