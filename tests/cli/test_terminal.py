@@ -259,6 +259,14 @@ def _split(value: str, rows: list[str], columns: int) -> bool:
     return False
 
 
+#: The issue's tables: at 200 columns they show every column, and say nothing.
+WIDE_ENOUGH = {
+    "backup list",
+    "backup prune",
+    "memory search -A",
+    "config history",
+    "retention plan --list",
+}
 NOTE = re.compile(r"hidden to fit: (.*) \(-w shows them\)")
 
 
@@ -280,6 +288,8 @@ def test_table_in_a_terminal(demo: Store, spec: Table, columns: int) -> None:
     # what was left out is named once on stderr, with the option that shows it
     notes = [match.group(1) for line in screen.lines if (match := NOTE.fullmatch(line))]
     hidden = every - shown
+    if columns == 200 and spec.name in WIDE_ENOUGH:
+        assert not hidden and not notes, (spec.name, hidden)
     assert [set(note.split(", ")) for note in notes] == ([hidden] if hidden else []), (
         spec.name,
         columns,

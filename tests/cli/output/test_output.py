@@ -264,3 +264,20 @@ def test_csv_cells() -> None:
     stream = io.StringIO()
     Output("csv", stdout=stream).rows([{"k": "x", "held": False, "tags": ["a"]}], [])
     assert stream.getvalue() == 'k,held,tags\nx,false,"[""a""]"\n'
+
+
+def test_a_long_last_column_runs_over_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = [Column("key", "key", essential=True), Column("value", "value", essential=True)]
+    data = [{"key": "sessions:abc", "value": "v" * 100}, {"key": "k", "value": "short"}]
+    lines = table(data, columns, width=40, monkeypatch=monkeypatch).splitlines()
+    start = lines[0].index("value")
+    assert start == len("sessions:abc") + 2  # the key column is not squeezed for it
+    assert lines[1] == "sessions:abc  " + "v" * 100 and lines[2] == "k" + " " * 13 + "short"
+
+
+def test_a_table_of_one_page_gets_no_extra_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = [{"key": f"k{n:03d}", "bytes": n} for n in range(FIRST_PAGE)]
+    one_page = table(data, ESSENTIAL[:2], width=80, monkeypatch=monkeypatch).splitlines()
+    assert one_page[0] == "key   bytes"  # exactly as wide as it needs
+    longer = table([*data, *data], ESSENTIAL[:2], width=80, monkeypatch=monkeypatch)
+    assert longer.splitlines()[0] == "key" + " " * 7 + "bytes"  # the key's width again

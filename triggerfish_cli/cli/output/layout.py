@@ -62,10 +62,12 @@ def cap(columns: Sequence[Column], widths: list[int], limit: int) -> list[int]:
     """Essential columns too wide for the terminal together are aligned to what fits.
 
     A longer value is still printed whole: it ends its line, and the rest of
-    its row continues on the next one, each cell in its column.
+    its row continues on the next one, each cell in its column. A left-aligned
+    last column needs only its header's room: its longer values run over alone.
     """
     widths = list(widths)
-    excess = total_width(widths) - limit
+    last = widths[-1] if columns[-1].is_number else display_width(columns[-1].header)
+    excess = total_width([*widths[:-1], min(widths[-1], last)]) - limit
     while excess > 0:
         wider = [i for i in range(len(columns) - 1) if widths[i] > display_width(columns[i].header)]
         if not wider:

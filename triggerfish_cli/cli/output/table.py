@@ -201,9 +201,10 @@ class Table:
         page = list(islice(iterator, FIRST_PAGE + 1))
         if not page:
             return 0
-        if len(page) > FIRST_PAGE:
+        more = len(page) > FIRST_PAGE
+        if more:
             iterator = chain([page.pop()], iterator)
-        self._first(page, len(page) == FIRST_PAGE)
+        self._first(page, more)
         count = len(page)
         while True:
             page = list(islice(iterator, PAGE))
