@@ -126,10 +126,10 @@ def _diff_lines(out: Output, found: Diff, document: dict[str, Any]) -> None:
         out.line(f"memory rows above {found.taint.name} left out (--taint)")
     rows = [{"namespace": name, **counts} for name, counts in document["namespaces"].items()]
     columns = [
-        Column("namespace", "namespace"),
-        Column("added", "added", "right"),
-        Column("removed", "removed", "right"),
-        Column("changed", "changed", "right"),
+        Column("namespace", "namespace", essential=True),
+        Column("added", "added", "right", essential=True),
+        Column("removed", "removed", "right", essential=True),
+        Column("changed", "changed", "right", essential=True),
     ]
     if rows:
         out.rows(rows, columns)

@@ -29,14 +29,14 @@ def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
     columns = [
         Column("created", "created"),
         Column("store", "store"),
-        Column("name", "name"),
+        Column("name", "name", essential=True),
         Column("kind", "kind"),
         Column("size", "size", "right", render=human_bytes),
         Column("keys", "keys", "right"),
         text_column("label", "label"),
         Column("verified", "verified"),
         Column("max_taint", "partial", render=_partial),
-        text_column("error", "error"),
+        text_column("error", "error", essential=True),
     ]
     out.result_rows(
         (entry.as_dict() for entry in entries),
@@ -45,6 +45,7 @@ def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
             (_with_store(entry.as_dict(), entry) for entry in entries),
             columns,
             empty=f"no backups in {where}",
+            gives_way=("label", "max_taint", "keys", "size", "kind", "store", "created"),
         ),
         always=True,
     )
@@ -102,12 +103,13 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
             [
                 Column("created", "created"),
                 Column("store", "store"),
-                Column("name", "name"),
+                Column("name", "name", essential=True),
                 Column("verified", "verified"),
-                Column("action", "action"),
-                text_column("reasons", "kept by"),
+                Column("action", "action", essential=True),
+                text_column("reasons", "kept by", essential=True),
             ],
             empty="no backups",
+            gives_way=("store", "created", "verified"),
         )
         if not out.quiet:
             verb = "would delete" if dry_run else "deleted"

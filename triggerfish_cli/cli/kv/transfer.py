@@ -81,7 +81,8 @@ def export_cmd(
                 keys.raw_rows(provider.scan(prefix, batch_size=2000), reads), notes
             )
         )
-        out.rows(rows, [Column("key", "key"), Column("value", "value")])
+        columns = [Column("key", "key", essential=True), Column("value", "value", essential=True)]
+        out.rows(rows, columns)
 
     if output is None:
         with transfer.flat_memory(provider):
