@@ -158,11 +158,14 @@ def destination(
     create: bool = False,
     sse: tuple[str | None, str | None] = (None, None),
 ) -> Destination:
-    """A backup directory or S3 prefix; None: the default directory."""
+    """A backup directory or S3 prefix; None: the default directory. One named to read
+    from (not ``create``) must exist (exit 3)."""
     # lazy: backup.destinations adds 17 modules to `backup --help`
     from triggerfish_cli.backup.destinations import open_destination
 
-    return open_destination(spec, endpoint_url=endpoint_url, create=create, sse=sse)
+    return open_destination(
+        spec, endpoint_url=endpoint_url, create=create, sse=sse, must_exist=not create
+    )
 
 
 def this_store(st: AppState) -> StoreRef:
@@ -207,10 +210,17 @@ def by_store(entries: list[Entry]) -> list[Entry]:
     return ordered
 
 
-def none_of(store: StoreRef, dest: Destination, entries: list[Entry]) -> NotFoundError:
+def none_of(
+    store: StoreRef, dest: Destination, entries: list[Entry], why: str | None = None
+) -> NotFoundError:
+    """No backups of ``store`` in ``dest`` (exit 3); ``why``: why that store's were looked for."""
     others = len([e for e in entries if e.manifest is not None])
-    hint = f"{others} backup(s) of other stores there: --all-stores to see them" if others else None
-    return NotFoundError(f"{dest.describe()}: no backups of {store.describe()}", hint=hint)
+    hints = [why] if why else []
+    if others:
+        hints.append(f"{others} backup(s) of other stores there: `backup list --all-stores`")
+    return NotFoundError(
+        f"{dest.describe()}: no backups of {store.describe()}", hint="; ".join(hints) or None
+    )
 
 
 def pick(
@@ -220,8 +230,10 @@ def pick(
     endpoint_url: str | None,
     store: StoreRef | None = None,
     sse: tuple[str | None, str | None] = (None, None),
+    why: str | None = None,
 ) -> tuple[Destination, str]:
-    """The destination and archive name a FILE or --latest (of ``store``) designates."""
+    """The destination and archive name a FILE or --latest (of ``store``: ``why`` says why
+    that store's, in the error when it has none) designates."""
     # lazy: backup.dest adds 16 modules to `backup --help`
     from triggerfish_cli.backup.dest import LocalDestination
 
@@ -241,7 +253,7 @@ def pick(
     entries = [entry for entry in of_store(listed, store) if entry.manifest is not None]
     if not entries:
         if store is not None:
-            raise none_of(store, dest, listed)
+            raise none_of(store, dest, listed, why)
         raise NotFoundError(f"{dest.describe()}: no backups")
     newest = max(entries, key=lambda entry: (entry.created, entry.name))
     return dest, newest.name

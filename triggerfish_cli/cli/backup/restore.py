@@ -117,7 +117,12 @@ def restore_cmd(
     # lazy: backup.include, backup.restore and restore_run add 41 modules to `backup --help`
     from triggerfish_cli.backup.include import normalize
     from triggerfish_cli.backup.restore import RestoreOptions, restore_target
-    from triggerfish_cli.cli.backup.restore_run import run_restore, run_undo, target_store
+    from triggerfish_cli.cli.backup.restore_run import (
+        latest_of,
+        run_restore,
+        run_undo,
+        target_store,
+    )
 
     st, out = begin(ctx, fmt, quiet)
     prefixes = normalize(include) if include else ()
@@ -133,7 +138,11 @@ def restore_cmd(
         return
     target = restore_target(to, st.storage_config)
     store = target_store(st, target)
-    dest, name = pick(file, latest, source, endpoint_url, store)
+    newest_of = latest_of(st, store, to)
+    why = None
+    if newest_of is not store:
+        why = "into a new or empty --to, --latest is the newest backup of --db/--config's store"
+    dest, name = pick(file, latest, source, endpoint_url, newest_of, why=why)
     run_restore(
         st,
         out,
