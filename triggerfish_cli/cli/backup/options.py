@@ -39,7 +39,8 @@ FromOpt = Annotated[
     typer.Option(
         "--from",
         metavar="DIR|s3://BUCKET/PREFIX",
-        help="Where the backups are (default: <base>/backups/store/).",
+        help="Where the backups are (default: <base>/backups/store/); a directory or "
+        "bucket that does not exist is exit 3.",
         show_default=False,
     ),
 ]

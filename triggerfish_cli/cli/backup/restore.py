@@ -97,11 +97,13 @@ def restore_cmd(
 ) -> None:
     """Verify a backup, restore it into a scratch file, check it, swap it in atomically.
 
-    --latest is the newest backup of the target store; a backup of another
-    store is refused (exit 4) over a store that holds keys, unless
-    --other-store. The backup used is named, in the dry run too. The
-    replaced store is kept as <db>.pre-restore-<time>; --undo puts it
-    back. Refused (exit 6) while another process has the store open, unless
+    --latest is the newest backup of the target store; into a new or empty
+    --to file, the newest of the store of --db/--config (a look at it in a
+    scratch file). A backup of another store is refused (exit 4) over a
+    store that holds keys, unless --other-store. The backup used is named,
+    in the dry run too. The replaced store is kept as
+    <db>.pre-restore-<time>; --undo puts it back (and keeps the store it
+    replaces as <db>.undone-<time>). Refused (exit 6) while another process has the store open, unless
     --force. A logical backup (or a non-SQLite store) loads key by key:
     into an empty store, or with --replace (all or nothing) or --merge.
     A failed restore leaves the store as it was. An encrypted backup needs
