@@ -302,8 +302,8 @@ def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
         raise NotFoundError(f"{target}: no {target.name}{PRE_RESTORE}* file to put back")
     newest = found[-1]
     if dry_run:
-        kept = f"{target.name}{UNDONE}<time>" if target.exists() else None
-        return Swapped(str(target), kept, None, [], dry_run=True, put_back=str(newest))
+        would_keep = f"{target.name}{UNDONE}<time>" if target.exists() else None
+        return Swapped(str(target), would_keep, None, [], dry_run=True, put_back=str(newest))
     check_not_open(target, force, backend)
     scratch = scratch_path(target)
     try:

@@ -14,8 +14,8 @@ from triggerfish_cli.cli.backup.options import (
     IdentityOpt,
     LatestOpt,
     identities,
-    pick,
 )
+from triggerfish_cli.cli.backup.selection import pick
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
@@ -103,11 +103,12 @@ def restore_cmd(
     store that holds keys, unless --other-store. The backup used is named,
     in the dry run too. The replaced store is kept as
     <db>.pre-restore-<time>; --undo puts it back (and keeps the store it
-    replaces as <db>.undone-<time>). Refused (exit 6) while another process has the store open, unless
-    --force. A logical backup (or a non-SQLite store) loads key by key:
-    into an empty store, or with --replace (all or nothing) or --merge.
-    A failed restore leaves the store as it was. An encrypted backup needs
-    --identity (exit 2 without; exit 4 when it opens none of its recipients).
+    replaces as <db>.undone-<time>). Refused (exit 6) while another process has the
+    store open, unless --force. A logical backup (or a non-SQLite store)
+    loads key by key: into an empty store, or with --replace (all or
+    nothing) or --merge. A failed restore leaves the store as it was. An
+    encrypted backup needs --identity (exit 2 without; exit 4 when it opens
+    none of its recipients).
 
     --include PREFIX (repeatable) restores only the keys under those prefixes,
     key by key: a store holding none of them takes them as they are; else
