@@ -106,7 +106,7 @@ def _callbacks() -> dict[tuple[str, str], tuple[click.Command, ...]]:
 def test_the_scan_finds_the_texts_that_name_options() -> None:
     """The scan sees the hints it must (a scan that finds nothing passes vacuously)."""
     found = {(module, function) for module, function, _ in texts()}
-    assert ("triggerfish_cli.cli.backup.options", "none_of") in found
+    assert ("triggerfish_cli.cli.backup.selection", "none_of") in found
     assert ("triggerfish_cli.backup.prune", "check") in found
     assert ("triggerfish_cli.cli.backup.restore", "restore_cmd") in found
     assert len(found) > 30
