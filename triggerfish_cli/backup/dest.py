@@ -142,7 +142,7 @@ class LocalDestination:
         if directory.exists() and not directory.is_dir():
             raise UsageError(
                 f"{directory}: is a file, not a directory of backups",
-                hint="--to/--from name a directory (or s3://bucket/prefix); the archive's "
+                hint="backups go in a directory (or s3://bucket/prefix); the archive's "
                 "name is chosen for it",
             )
         if create:

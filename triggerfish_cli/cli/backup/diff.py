@@ -16,9 +16,9 @@ from triggerfish_cli.cli.backup.options import (
     IdentityOpt,
     ScratchOpt,
     identities,
-    pick,
     this_store,
 )
+from triggerfish_cli.cli.backup.selection import pick
 from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.kv.common import RawTaintOpt
 from triggerfish_cli.cli.options import (

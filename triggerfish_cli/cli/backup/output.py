@@ -119,7 +119,18 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
 
 
 def show_restore(out: Output, document: dict[str, Any]) -> None:
-    out.result(document, lambda: _restore_lines(out, document))
+    lines = _undo_lines if "put_back" in document else _restore_lines
+    out.result(document, lambda: lines(out, document))
+
+
+def _undo_lines(out: Output, document: dict[str, Any]) -> None:
+    """``--undo``: which file is put back, and what the store it replaces is kept as."""
+    dry_run = document.get("dry_run")
+    verb = "would put" if dry_run else "put"
+    out.line(f"{verb} back {document['put_back']} as {document['target']}")
+    if document.get("kept"):
+        kept = "would be kept" if dry_run else "is kept"
+        out.line(f"the current store {kept} as {document['kept']}")
 
 
 def _restore_lines(out: Output, document: dict[str, Any]) -> None:

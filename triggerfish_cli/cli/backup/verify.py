@@ -19,13 +19,12 @@ from triggerfish_cli.cli.backup.options import (
     by_store,
     destination,
     identities,
-    none_of,
     of_store,
-    pick,
     sse_of,
     this_store,
 )
 from triggerfish_cli.cli.backup.output import show_verified
+from triggerfish_cli.cli.backup.selection import none_of, pick
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     FormatOpt,
