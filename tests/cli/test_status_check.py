@@ -140,7 +140,7 @@ def test_sweep_age_crosses_ok_warning_critical(cli: CliFn, db: Path) -> None:
     args = only("sweep-age", "1d:3d")
     code, found = finding(cli, "sweep_age", *args)
     assert (code, found["state"]) == (2, "CRITICAL")
-    assert found["message"].startswith("no successful sweep recorded")
+    assert found["message"].startswith("no successful sweep of this store recorded")
 
     sweep_recorded(db, ago(days=4))
     assert finding(cli, "sweep_age", *args)[0] == 2

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.paths import store_backups_dir
 from triggerfish_cli.serialization import parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
-from triggerfish_cli.status import SWEEP_HOOK, collect
+from triggerfish_cli.status import collect
 from triggerfish_cli.storage.backends import in_local_files
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -177,7 +176,7 @@ def run_checks(
     if (limit := on.get("backup_age")) is not None:
         findings.append(_backup_age(limit, backups, reach, now))
     if (limit := on.get("sweep_age")) is not None:
-        findings.append(_sweep_age(limit, provider, now))
+        findings.append(_sweep_age(limit, report, notes, now))
     if (limit := on.get("wal_size")) is not None:
         findings.append(_wal_size(limit, report, notes))
     if (limit := on.get("index_drift")) is not None:
@@ -289,32 +288,16 @@ def _backup_age(
     )
 
 
-def last_good_sweep(provider: StorageProvider) -> dict[str, Any] | None:
-    """The newest sweep audit record that records no error and no interruption."""
-    keys = [
-        key
-        for key in provider.scan_keys("audit:", batch_size=5000)
-        if key.endswith(f":{SWEEP_HOOK}")
-    ]
-    for key in reversed(keys):
-        try:
-            data = json.loads(provider.get(key) or "")
-        except ValueError:
-            continue
-        if isinstance(data, dict) and not data.get("error") and not data.get("interrupted"):
-            data["key"] = key
-            return data
-    return None
-
-
-def _sweep_age(limit: Limit, provider: StorageProvider, now: datetime) -> Finding:
+def _sweep_age(limit: Limit, report: Any, notes: Sequence[str], now: datetime) -> Finding:
+    """The last successful sweep of this store (status.audit_records: its audit record
+    names this store's id; no error, not interrupted, every namespace)."""
     check = "sweep_age"
-    try:
-        record = last_good_sweep(provider)
-    except TriggerfishError as exc:
-        return _unknown(check, limit, f"cannot read the audit records: {exc.message}")
+    problem = _note(notes, "audit")
+    if problem is not None and report.last_successful_sweep is None:
+        return _unknown(check, limit, f"cannot read the audit records: {problem}")
+    record = report.last_successful_sweep
     if record is None:
-        return evaluate(check, None, limit, "no successful sweep recorded")
+        return evaluate(check, None, limit, "no successful sweep of this store recorded")
     when = parse_iso(record.get("timestamp"))
     if when is None:
         return _unknown(check, limit, f"{record['key']}: no time in the record")

@@ -168,7 +168,9 @@ def _rows(document: dict[str, Any]) -> dict[str, str]:
     if writers is not None:
         rows["live writers"] = "; ".join(_writer(w) for w in writers) or "none"
     rows["daemon"] = _daemon(document["daemon"])
-    rows["last sweep"] = _audit(document["last_sweep"])
+    rows["last sweep"] = _sweep(document["last_sweep"])
+    if document["last_successful_sweep"] != document["last_sweep"]:
+        rows["last successful sweep"] = _audit(document["last_successful_sweep"])
     rows["last backup"] = _audit(document["last_backup"])
     rows["newest backup"] = _newest(document["newest_backup"])
     drift = document["memory_index"]
@@ -216,6 +218,20 @@ def _audit(record: dict[str, Any] | None) -> str:
     counts = ", ".join(f"{k} {v}" for k, v in (record.get("counts") or {}).items())
     who = f" by {record['user']}" if record.get("user") else ""
     return f"{record.get('timestamp', '?')}{who}" + (f": {counts}" if counts else "")
+
+
+def _sweep(record: dict[str, Any] | None) -> str:
+    """The last sweep, and how it ended when it did not end well."""
+    text = _audit(record)
+    if not record:
+        return text
+    if record.get("interrupted"):
+        text += "; INTERRUPTED (the next sweep finishes the job)"
+    if record.get("error"):
+        text += f"; FAILED: {record['error']}"
+    if record.get("only"):
+        text += f"; only {', '.join(record['only'])} (--namespace)"
+    return text
 
 
 def _newest(newest: dict[str, Any] | None) -> str:
