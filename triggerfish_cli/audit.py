@@ -46,6 +46,11 @@ def _hostname() -> str:
     return socket.gethostname()
 
 
+def is_own(key: str) -> bool:
+    """An audit record this tool wrote (``audit:<time>:admin_<action>``)."""
+    return key.startswith(PREFIX) and key.rpartition(":")[2].startswith("admin_")
+
+
 def audit_key(moment: datetime, action: str) -> str:
     return f"{PREFIX}{to_iso(moment)}:admin_{action}"
 

@@ -155,3 +155,32 @@ def test_status_says_the_last_sweep_was_interrupted(base_dir: Path, tmp_path: Pa
     text = ok(base_dir, "status")
     assert "INTERRUPTED (the next sweep finishes the job)" in text
     assert "last successful sweep" in text
+
+
+# -- the tool's own records of an action change no count ---------------------------------
+
+
+def test_a_diff_right_after_a_backup_is_identical(base_dir: Path) -> None:
+    demo_store(base_dir)
+    for args in ([], ["--logical"]):
+        ok(base_dir, "backup", "create", *args, "-q")
+        result = run(base_dir, "backup", "diff", "--latest", "--exit-code")
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "identical: 0 added, 0 removed, 0 changed" in result.stdout
+        assert "left out: 1 audit record(s) of triggerfish-admin's own actions" in result.stdout
+    document = json.loads(ok(base_dir, "backup", "diff", "--latest", "--format", "json"))
+    assert document["identical"] is True and document["own_audit_left_out"] == 1
+
+    ok(base_dir, "kv", "set", "prefs:owner:theme", "dark", "--raw")  # a change still shows
+    result = run(base_dir, "backup", "diff", "--latest", "--exit-code", "--keys")
+    assert result.returncode == 1
+    assert "+ prefs:owner:theme" in result.stdout
+    assert "audit:" not in result.stdout.replace("(audit:*:admin_*)", "")
+
+
+def test_demo_create_counts_what_the_store_holds(base_dir: Path) -> None:
+    created = json.loads(ok(base_dir, "demo", "create", "--records", "300", "--format", "json"))
+    assert created["records"] == 300
+    listed = json.loads(ok(base_dir, "kv", "namespaces", "--format", "json"))
+    assert created["namespaces"] == {row["namespace"]: row["keys"] for row in listed}
+    assert created["keys"] == sum(row["keys"] for row in listed) == report(base_dir)["keys"]
