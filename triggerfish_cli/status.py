@@ -314,6 +314,9 @@ def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] 
         "keys": newest.manifest.keys if newest.manifest and not newest.manifest.sealed else None,
         "encrypted": bool(newest.manifest and newest.manifest.encrypted),
         "verified": newest.verified,
+        "contents_verified_at": max(
+            (e.contents_checked_at for e in ours if e.contents_checked_at), default=None
+        ),
     }
 
 

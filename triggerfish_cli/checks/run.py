@@ -175,6 +175,8 @@ def run_checks(
     findings = [reach]
     if (limit := on.get("backup_age")) is not None:
         findings.append(_backup_age(limit, backups, reach, now))
+    if (limit := on.get("full_verify_age")) is not None:
+        findings.append(_full_verify_age(limit, backups, reach, now))
     if (limit := on.get("sweep_age")) is not None:
         findings.append(_sweep_age(limit, report, notes, now))
     if (limit := on.get("wal_size")) is not None:
@@ -214,6 +216,8 @@ class _Backup:
     name: str
     created: datetime | None
     verified: str
+    #: When a verify that checked its contents found it good (None: none did).
+    contents_checked: datetime | None = None
 
 
 def _destination(
@@ -241,7 +245,12 @@ def _destination(
         return Finding(check, UNKNOWN, f"{where}: {exc.strerror or exc}"), None
     store = ref_of(provider)
     ours = [
-        _Backup(entry.name, parse_iso(entry.created), entry.verified)
+        _Backup(
+            entry.name,
+            parse_iso(entry.created),
+            entry.verified,
+            parse_iso(entry.contents_checked_at),
+        )
         for entry in entries
         if entry.manifest is not None and same_store(entry.manifest, store)
     ]
@@ -270,7 +279,7 @@ def _backup_age(
         return _unknown(check, limit, f"cannot list the backups: {reach.message}")
     if not backups:
         return evaluate(check, None, limit, "no backup of this store")
-    verified = [b for b in backups if b.verified == "yes" and b.created is not None]
+    verified = [b for b in backups if b.verified in GOOD and b.created is not None]
     if not verified:
         newest = max(backups, key=lambda b: (b.created is not None, b.created or now, b.name))
         return evaluate(
@@ -283,9 +292,37 @@ def _backup_age(
     newest = max(verified, key=lambda b: (b.created, b.name))
     assert newest.created is not None
     age = round((now - newest.created).total_seconds(), 3)
+    how = " keyless: encrypted bytes intact, contents not checked" * (newest.verified != "yes")
     return evaluate(
-        check, age, limit, f"newest verified backup {show_age(age)} old ({newest.name})"
+        check, age, limit, f"newest verified backup {show_age(age)} old ({newest.name}{how})"
     )
+
+
+#: The verdicts ``backup_age`` counts: a full verify, or a keyless one of an encrypted
+#: backup (its encrypted bytes are intact; ``full_verify_age`` asks for the contents).
+GOOD = ("yes", "keyless")
+
+
+def _full_verify_age(
+    limit: Limit, backups: list[_Backup] | None, reach: Finding, now: datetime
+) -> Finding:
+    """The time since a verify that checked the contents (with the key, for an encrypted
+    backup; here or on another host, its verdict beside the archive) found one of this
+    store's backups good."""
+    check = "full_verify_age"
+    if backups is None:
+        return _unknown(check, limit, f"cannot list the backups: {reach.message}")
+    times = [b.contents_checked for b in backups if b.contents_checked is not None]
+    if not times:
+        return evaluate(
+            check,
+            None,
+            limit,
+            "no backup of this store has had its contents verified (keyless verifies only? "
+            "run `backup verify -i KEY` where the identity is)",
+        )
+    age = round(max((now - max(times)).total_seconds(), 0.0), 3)
+    return evaluate(check, age, limit, f"contents of a backup verified {show_age(age)} ago")
 
 
 def _sweep_age(limit: Limit, report: Any, notes: Sequence[str], now: datetime) -> Finding:

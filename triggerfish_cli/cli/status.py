@@ -25,14 +25,17 @@ HELP = (
     "the default destination, memory index drift (counts) and the config versions held. "
     "--format json for monitoring. Exit 7 when the store does not exist.\n\n"
     "--check: a monitoring plugin (Nagios, Icinga, Sensu, ...). It checks the age of the "
-    "newest verified backup of this store (--backup-age), the time since the last "
-    "successful sweep (--sweep-age), the WAL size (--wal-size), memory index drift "
+    "newest verified backup of this store (--backup-age; an encrypted one verified without "
+    "its key counts), the time since a verify checked a backup's contents "
+    "(--full-verify-age), the time since the last successful sweep of every namespace "
+    "(--sweep-age), the WAL size (--wal-size), memory index drift "
     "(--index-drift), the config versions held (--config-versions, alerting when fewer) "
     "and that the backup destination can be reached (--backups, --endpoint-url); a live "
     "writer stopped (state T) is CRITICAL. Limits "
     "are WARN[:CRIT] (26h:50h, 64MiB:256MiB, 0:100) or off, from the flags, else the "
     "checks: section of triggerfish.yaml, else the defaults (backup and sweep 26h:50h, "
-    "WAL 64MiB:256MiB, drift 0:100, config versions 1). It prints a status line "
+    "full verify 8d, WAL 64MiB:256MiB, drift 0:100, config versions 1). Only this "
+    "store's records count: those naming its id. It prints a status line "
     "(TRIGGERFISH <STATE> - ... | perfdata) and one line per finding; --format json gives "
     "the same findings. With --check the exit codes are the plugin convention's, not the "
     "usual ones: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst finding wins; any "
@@ -71,6 +74,15 @@ BackupAgeOpt = Annotated[
     str | None,
     _limit_opt("backup-age", "26h:50h", "the newest verified backup of this store older than"),
 ]
+FullVerifyAgeOpt = Annotated[
+    str | None,
+    _limit_opt(
+        "full-verify-age",
+        "8d",
+        "the last verify that checked a backup's contents (with the key, for an "
+        "encrypted one) older than",
+    ),
+]
 SweepAgeOpt = Annotated[
     str | None,
     _limit_opt("sweep-age", "26h:50h", "the last successful retention sweep older than"),
@@ -104,6 +116,7 @@ def status_cmd(
     fmt: FormatOpt = None,
     check: CheckOpt = False,
     backup_age: BackupAgeOpt = None,
+    full_verify_age: FullVerifyAgeOpt = None,
     sweep_age: SweepAgeOpt = None,
     wal_size: WalSizeOpt = None,
     index_drift: IndexDriftOpt = None,
@@ -117,6 +130,7 @@ def status_cmd(
     st, out = begin(ctx, fmt)
     flags = {
         "backup_age": backup_age,
+        "full_verify_age": full_verify_age,
         "sweep_age": sweep_age,
         "wal_size": wal_size,
         "index_drift": index_drift,
@@ -239,9 +253,14 @@ def _newest(newest: dict[str, Any] | None) -> str:
         return "no default backup directory"
     if not newest.get("name"):
         return f"none of this store in {newest['destination']}"
+    verified = newest["verified"]
+    if verified == "keyless":
+        verified += ": encrypted bytes intact, contents not checked"
+    checked = newest.get("contents_verified_at") or "never"
     return (
-        f"{newest['name']} ({newest['created']}, verified {newest['verified']}; "
-        f"{newest['backups']} of this store in {newest['destination']})"
+        f"{newest['name']} ({newest['created']}, verified {verified}; "
+        f"{newest['backups']} of this store in {newest['destination']}; "
+        f"contents last verified: {checked})"
     )
 
 
