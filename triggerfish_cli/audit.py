@@ -151,9 +151,9 @@ def newest_own(
             if record is None:
                 continue
             record["key"] = key
-            if store is not None and record.get("store") == store:
-                if accept is None or accept(record):
-                    return record, passed
+            ours = store is not None and record.get("store") == store
+            if ours and (accept is None or accept(record)):
+                return record, passed
             passed.append(record)
     return None, passed
 

@@ -61,7 +61,8 @@ class Manifest:
     #: Encrypted archives: the recipients' fingerprints (backup_crypt.fingerprint).
     recipients: list[str] | None = None
     #: The outer manifest only (an encrypted archive not opened): its contents,
-    #: counts, source are unknown (the label, the operator's, is in clear); ``payload_*`` are of the encrypted bytes.
+    #: counts, source are unknown (the operator's label is in clear); ``payload_*``
+    #: are of the encrypted bytes.
     sealed: bool = False
     #: The outer manifest only: size and sha256 of the encrypted manifest.
     sealed_bytes: int = 0

@@ -7,10 +7,9 @@ every core: storage/sqlite/integrity.py), the FTS5 integrity check of the memory
 index when the store has one, and the key counts per namespace and memories
 per level of the manifest; a logical backup line by line (valid JSON, keys
 strictly increasing, the same counts). The verdict is recorded beside the
-archive (``<name>.verified``) for ``backup list``, ``backup prune`` and
-``status --check``; a keyless verify of an encrypted archive records what it
-checked, marked ``contents_checked: false`` (``verified: keyless``), and never
-replaces the verdict of a verify with the key.
+archive (``<name>.verified``) for ``backup list``, ``prune``, ``status --check``;
+a keyless verify of an encrypted archive as such (``contents_checked: false``),
+never over the verdict of a verify with the key.
 """
 
 from __future__ import annotations
@@ -78,9 +77,7 @@ class Verified:
         }
 
     def marker(self, size: int | None = None) -> dict[str, Any]:
-        """The verdict as recorded beside the archive (``<name>.verified``): a keyless
-        verify of an encrypted archive says so (``contents_checked: false``) and what it
-        checked (sizes, sha256 of the encrypted parts)."""
+        """The verdict beside the archive (``<name>.verified``); a keyless one says so."""
         return {
             "at": now_iso(),
             "size": size,
@@ -477,8 +474,8 @@ def verify_in(
 
 
 def _keeps_full_verdict(dest: Destination, name: str, result: Verified, size: int) -> bool:
-    """A keyless verify that found nothing wrong leaves the verdict of a verify with the
-    key (this very archive's, perhaps made on another host) as it is: it checked less."""
+    """A keyless pass leaves a verify with the key (of this very archive, perhaps made on
+    another host) as it is: it checked less."""
     if not (result.sealed and result.ok):
         return False
     marker = dest.entry(name).marker or {}
