@@ -21,7 +21,8 @@ from tests.helpers.launch import command
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 SCRIPT = Path(sys.executable).parent / "triggerfish-admin"
-SWEEP_ONLY = ["--backup-age", "off", "--wal-size", "off", "--index-drift", "off"]
+SWEEP_ONLY = ["--backup-age", "off", "--full-verify-age", "off", "--wal-size", "off"]
+SWEEP_ONLY += ["--index-drift", "off"]
 SWEEP_ONLY += ["--config-versions", "off"]
 
 

@@ -314,12 +314,14 @@ def _full_verify_age(
         return _unknown(check, limit, f"cannot list the backups: {reach.message}")
     times = [b.contents_checked for b in backups if b.contents_checked is not None]
     if not times:
+        keyless = any(b.verified == "keyless" for b in backups)
+        why = "keyless verifies only: " if keyless else ""
         return evaluate(
             check,
             None,
             limit,
-            "no backup of this store has had its contents verified (keyless verifies only? "
-            "run `backup verify -i KEY` where the identity is)",
+            f"no backup of this store has had its contents verified ({why}run `backup "
+            "verify`; an encrypted one with -i KEY where the identity is)",
         )
     age = round(max((now - max(times)).total_seconds(), 0.0), 3)
     return evaluate(check, age, limit, f"contents of a backup verified {show_age(age)} ago")

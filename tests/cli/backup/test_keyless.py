@@ -81,7 +81,7 @@ def test_a_keyless_verify_counts_and_a_verify_with_the_key_elsewhere_is_recorded
     assert found["backup_age"]["state"] == "OK"
     assert "contents not checked" in found["backup_age"]["message"]
     assert found["full_verify_age"]["state"] == "WARNING"
-    assert "backup verify -i KEY" in found["full_verify_age"]["message"]
+    assert "keyless verifies only" in found["full_verify_age"]["message"]
     text = ok(base_dir, "status")
     assert "verified keyless: encrypted bytes intact, contents not checked" in text
     assert "contents last verified: never" in text
