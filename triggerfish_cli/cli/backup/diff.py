@@ -139,6 +139,11 @@ def _diff_lines(out: Output, found: Diff, document: dict[str, Any]) -> None:
         f"{verdict}: {totals['added']} added, {totals['removed']} removed, "
         f"{totals['changed']} changed"
     )
+    if found.own_audit:
+        out.line(
+            f"left out: {found.own_audit} audit record(s) of triggerfish-admin's own actions "
+            "(audit:*:admin_*)"
+        )
     if found.keys is not None:
         listed = sorted((key, kind) for kind, keys in found.keys.items() for key in keys)
         for key, kind in listed:
@@ -200,7 +205,9 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "namespaces": {NS: {"added",
     "removed", "changed"}}, "totals"} and with --keys "keys": {"added": [...], ...}.
     With --taint, memory rows above it are left out (neither counted nor named).
-    An encrypted backup needs --identity.
+    An encrypted backup needs --identity. The tool's own audit records
+    (audit:*:admin_*, such as the one backup create writes after its
+    snapshot) are left out, only counted (own_audit_left_out).
     """
     st, out = begin(ctx, fmt, quiet)
     differ = run_diff(

@@ -86,7 +86,7 @@ def _verified_lines(out: Output, results: Sequence[Verified]) -> None:
         if result.sealed and result.ok:
             out.line(
                 "  contents not checked: it is encrypted and no --identity was given "
-                "(nothing recorded for backup list)"
+                "(recorded as keyless for backup list and status --check)"
             )
 
 
