@@ -50,6 +50,36 @@ def hermetic(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.Monke
     return base
 
 
+@pytest.fixture(autouse=True)
+def errors_name_options_of_their_command(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every error a command raises in a test names only options that command has, or
+    options of the command it names in backticks (issue 36: no error may suggest an
+    option the command lacks; tests/helpers/option_mentions.py)."""
+    from typer.core import TyperCommand
+
+    from tests.helpers.option_mentions import foreign
+    from triggerfish_cli.errors import TriggerfishError
+
+    wrong: list[str] = []
+    invoke = TyperCommand.invoke
+
+    def checked(self: TyperCommand, ctx: Any) -> Any:
+        try:
+            return invoke(self, ctx)
+        except TriggerfishError as exc:
+            chain, at = [], ctx
+            while at is not None:
+                chain.insert(0, at.command)
+                at = at.parent
+            wrong.extend(f"{ctx.command_path}: {exc}: {w}" for w in foreign(str(exc), chain))
+            raise
+
+    checked.checks_option_mentions = True  # type: ignore[attr-defined]
+    monkeypatch.setattr(TyperCommand, "invoke", checked)
+    yield
+    assert not wrong, "an error names an option its command lacks: " + "; ".join(wrong)
+
+
 @dataclass
 class Run:
     exit_code: int

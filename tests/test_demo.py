@@ -145,7 +145,8 @@ def test_default_store_and_memory_backend(cli: CliFn, base_dir: Path) -> None:
     result = cli("demo", "create", "--records", "300")
     assert result.exit_code == 0, result.stderr
     assert (base_dir / "data" / "triggerfish.db").exists()
-    assert "wrote 300 keys" in result.stdout
+    assert "wrote 300 demo keys and this run's audit record to" in result.stdout
+    assert ": 301 keys (" in result.stdout
     memory = cli("--backend", "memory", "demo", "create", "--records", "200", "-f", "json")
     assert memory.exit_code == 0 and memory.json()["records"] == 200
 

@@ -14,8 +14,9 @@ Records never hold secrets or memory content: only names, keys and counts.
 
 from __future__ import annotations
 
+import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -43,6 +44,11 @@ def _hostname() -> str:
     import socket
 
     return socket.gethostname()
+
+
+def is_own(key: str) -> bool:
+    """An audit record this tool wrote (``audit:<time>:admin_<action>``)."""
+    return key.startswith(PREFIX) and key.rpartition(":")[2].startswith("admin_")
 
 
 def audit_key(moment: datetime, action: str) -> str:
@@ -108,3 +114,53 @@ def _shown(document: Any) -> Any:
     if isinstance(document, (list, tuple)):
         return [_shown(item) for item in document]
     return document
+
+
+# -- reading our own records back (status, status --check) --------------------------------
+
+
+def hook_keys(provider: StorageProvider, hooks: tuple[str, ...]) -> dict[str, list[str]]:
+    """The keys of the records of each of ``hooks`` (``admin_<action>``), oldest first."""
+    found: dict[str, list[str]] = {hook: [] for hook in hooks}
+    for key in provider.scan_keys(PREFIX, batch_size=5000):
+        hook = key.rpartition(":")[2]
+        if hook in found:
+            found[hook].append(key)
+    return found
+
+
+def newest_own(
+    provider: StorageProvider,
+    keys: list[str],
+    store: str | None,
+    accept: Callable[[dict[str, Any]], bool] | None = None,
+) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
+    """The newest of the records ``keys`` (oldest first) that names the store ``store``
+    (and that ``accept(record)`` takes), and the newer ones passed over.
+
+    Audit records travel with the data (a migrate, a restore elsewhere): a
+    record that names another store, or none (written before stores had ids),
+    is never this store's. Each record returned has its ``key``."""
+    passed: list[dict[str, Any]] = []
+    newest_first = keys[::-1]
+    for start in range(0, len(newest_first), 200):
+        chunk = newest_first[start : start + 200]
+        values = provider.get_many(chunk)
+        for key in chunk:
+            record = _parsed(values.get(key))
+            if record is None:
+                continue
+            record["key"] = key
+            ours = store is not None and record.get("store") == store
+            if ours and (accept is None or accept(record)):
+                return record, passed
+            passed.append(record)
+    return None, passed
+
+
+def _parsed(value: str | None) -> dict[str, Any] | None:
+    try:
+        data = json.loads(value or "")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

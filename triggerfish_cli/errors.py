@@ -47,7 +47,8 @@ _MEANINGS: dict[ExitStatus, str] = {
     "open, extra not installed)",
     ExitStatus.INVALID_DATA: "invalid data or config (malformed JSON, YAML, manifest, a kv "
     "table not the gateway's)",
-    ExitStatus.CANNOT_WRITE: "cannot write (disk full, read-only file system, permission denied)",
+    ExitStatus.CANNOT_WRITE: "cannot write (disk full, read-only file system, permission denied, "
+    "no such directory)",
     ExitStatus.OUT_OF_RESOURCES: "out of resources (too many open files, out of memory, cannot "
     "start a thread)",
     ExitStatus.INTERRUPTED: "interrupted",
@@ -91,6 +92,11 @@ class RefusedError(TriggerfishError):
     exit_code: int = ExitStatus.REFUSED.value
 
 
+class NotConfirmedError(RefusedError):
+    """The operator declined at a prompt: nothing changed (exit 4). An answer, not a
+    failure: its line has no "error:" prefix."""
+
+
 class VerificationError(TriggerfishError):
     """A checksum or integrity check failed."""
 
@@ -112,8 +118,8 @@ class BackendUnavailableError(TriggerfishError):
 class MissingStoreError(BackendUnavailableError):
     """No store where one was looked for: a missing SQLite file, a Postgres schema
     without its table, an S3 prefix holding nothing. Only the commands that make a
-    store (``demo create``, ``migrate`` into its target, a restore into an empty
-    target) create one; every other command stops here (exit 7)."""
+    store (``demo create``, ``kv import --create``, ``migrate`` into its target, a
+    restore into an empty target) create one; every other command stops here (exit 7)."""
 
 
 class InvalidDataError(TriggerfishError):
@@ -136,9 +142,20 @@ class WriteError(TriggerfishError):
 WRITE_ERRNOS = frozenset({28, 122, 27, 30, 13, 1, 5})  # ENOSPC EDQUOT EFBIG EROFS EACCES EPERM EIO
 
 
+#: errno values met writing where a directory is missing (exit 9): what, what to do.
+NO_DIRECTORY_ERRNOS = {
+    2: ("no such directory", "create the directory first, or name another path"),  # ENOENT
+    20: ("a part of the path is a file, not a directory", "name another path"),  # ENOTDIR
+}
+
+
 def write_error(path: object, exc: OSError) -> TriggerfishError:
-    """The one-line error for an OSError met writing ``path`` (exit 9 when it is one)."""
+    """The one-line error for an OSError met writing ``path`` (exit 9 when it is one):
+    a full, read-only or forbidden place, or a directory that is not there."""
     reason = exc.strerror or str(exc)
+    if exc.errno in NO_DIRECTORY_ERRNOS:
+        what, hint = NO_DIRECTORY_ERRNOS[exc.errno]
+        return WriteError(f"{path}: cannot write: {what}", hint=hint)
     if exc.errno in WRITE_ERRNOS:
         return WriteError(f"{path}: cannot write: {reason}", hint=_WRITE_HINTS.get(exc.errno))
     return TriggerfishError(f"{path}: cannot write: {reason}")

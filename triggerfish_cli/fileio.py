@@ -6,6 +6,7 @@ For every file the tool writes:
 - :func:`atomic_writer`: a whole file under its name (temp file, fsync, rename);
   ``exclusive=True`` claims a new name and never replaces anything;
 - :func:`publish`: give a finished temp file a name nothing has (FileExistsError);
+- :func:`make_directory`: ``mkdir -p`` (0700), exit 9 naming it when it cannot be made;
 - :func:`open_lock_file`: a lock file, refused (exit 4) when a link is at its name;
 - :func:`refuse_link`: the same refusal for a marker or a file about to be replaced;
 - :func:`nofollow`: an ``opener`` for ``open()`` of a temp file of ours (ELOOP on a link);
@@ -24,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from triggerfish_cli.errors import RefusedError, write_error
+from triggerfish_cli.errors import RefusedError, WriteError, write_error
 
 
 def fsync_dir(directory: Path) -> None:
@@ -39,6 +40,35 @@ def fsync_dir(directory: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def make_directory(directory: Path, mode: int = 0o700, *, no_link: bool = False) -> None:
+    """``mkdir -p -m 700``: every directory missing on the way to ``directory`` is made
+    ``mode`` (less the umask); those there are left as they are.
+
+    WriteError (exit 9, one line naming ``directory``) when it cannot be: a file in
+    the way, a read-only or full place; with ``no_link``, when ``directory``, or the
+    directory the first missing one would be made in, is a symbolic link (what goes
+    in it is never written through one).
+    """
+    missing: list[Path] = []
+    for place in (directory, *directory.parents):
+        if os.path.lexists(place):
+            break
+        missing.append(place)
+    if no_link and os.path.islink(place):
+        raise WriteError(
+            f"{place}: cannot write: is a symbolic link: never written through",
+            hint="name a real directory, or remove the link",
+        )
+    try:
+        for place in reversed(missing):
+            with contextlib.suppress(FileExistsError):  # made meanwhile by another
+                os.mkdir(place, mode)
+        if not directory.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(directory))
+    except OSError as exc:
+        raise write_error(directory, exc) from exc
 
 
 def pid_alive(pid: int) -> bool:

@@ -1,6 +1,10 @@
-"""Where stores are, for commands that name them (``migrate --from/--to``).
+"""Where stores are, for options that name them (``migrate --from/--to``, ``--db``).
 
-One documented form for each kind of store:
+Store addresses (``postgresql://``, ``s3://``) are parsed by
+:func:`~triggerfish_cli.storage.remote_settings.parse_address`, the one
+parser shared with ``--db``/``TRIGGERFISH_DB`` (storage/factory.py).
+
+``migrate`` takes one documented form for each kind of store:
 
 - SQLite: a file path with a ``/`` in it or a ``.db``/``.sqlite``/``.sqlite3``
   name (``./memory.db``, ``~/.triggerfish/data/triggerfish.db``);
@@ -17,7 +21,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from triggerfish_cli.errors import InvalidDataError, MissingStoreError, UsageError
 from triggerfish_cli.paths import default_db_path
@@ -25,13 +28,7 @@ from triggerfish_cli.settings import StorageConfig, load_settings
 from triggerfish_cli.storage.backends import describe_config as backend_describe
 from triggerfish_cli.storage.backends import in_local_files, parse_storage_section, transient
 from triggerfish_cli.storage.provider import StorageProvider
-from triggerfish_cli.storage.remote_settings import (
-    check_dsn,
-    check_endpoint,
-    check_schema,
-    parse_s3_url,
-    split_postgres_url,
-)
+from triggerfish_cli.storage.remote_settings import parse_address
 
 #: File names that are SQLite stores without a directory in front of them.
 SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
@@ -41,26 +38,9 @@ def parse_location(spec: str, role: str, *, endpoint_url: str | None = None) -> 
     """``--from``/``--to``: a SQLite path, a postgresql:// DSN, s3://bucket/prefix, or a YAML."""
     if not spec.strip():
         raise UsageError(f"--{role}: empty")
-    lowered = spec.lower()
-    if lowered.startswith(("postgresql://", "postgres://")):
-        check_dsn(spec, f"--{role}")
-        dsn, schema = split_postgres_url(spec)
-        options: dict[str, Any] = {"dsn": dsn}
-        if schema is not None:
-            options["schema"] = check_schema(schema, f"--{role} schema")
-        return StorageConfig(
-            "postgres", options=options, source=f"--{role}", chosen_by=f"from --{role}"
-        )
-    if lowered.startswith("s3://"):
-        options = parse_s3_url(spec)
-        if endpoint_url is not None:
-            options["endpoint_url"] = check_endpoint(endpoint_url, "--endpoint-url")
-        return StorageConfig("s3", options=options, source=f"--{role}", chosen_by=f"from --{role}")
-    if "://" in spec:
-        raise UsageError(
-            f"--{role}: unknown kind of store {spec.split('://')[0]!r}://",
-            hint="give a SQLite path, postgresql://..., s3://bucket/prefix or a YAML file",
-        )
+    address = parse_address(spec, f"--{role}", endpoint_url=endpoint_url)
+    if address is not None:
+        return address
     path = Path(spec).expanduser()
     if path.suffix.lower() in (".yaml", ".yml"):
         return _from_yaml(path, role)

@@ -17,8 +17,10 @@ What it holds:
   write gate would pause (pid, command, user, whether we may signal them);
 - the gateway's daemon: ``<base>/daemon.json`` (its start time) and the
   processes that have that file open (or its pid, alive);
-- from our audit records: the last sweep and the last backup; the newest
-  backup of this store in the default destination;
+- from our audit records that name this store's id (:func:`audit_records`):
+  the last sweep (interrupted, failed or of some namespaces only, as it
+  says), the last successful one and the last backup; the newest backup of
+  this store in the default destination;
 - memory index drift (counts, as ``memory reindex --dry-run`` finds them,
   over every level; never a key or content), and the config versions held.
 
@@ -29,13 +31,13 @@ reported (``exists: false``) and the command then exits 7.
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from triggerfish_cli import audit
 from triggerfish_cli.errors import MissingStoreError, TriggerfishError
 from triggerfish_cli.fileio import pid_alive
 from triggerfish_cli.paths import BaseDir, resolve_base
@@ -67,6 +69,8 @@ class StatusReport:
     live_writers: list[dict[str, Any]] | None = None
     daemon: dict[str, Any] | None = None
     last_sweep: dict[str, Any] | None = None
+    #: The newest sweep that ran to its end over every namespace (``status --check``).
+    last_successful_sweep: dict[str, Any] | None = None
     last_backup: dict[str, Any] | None = None
     newest_backup: dict[str, Any] | None = None
     memory_index: dict[str, Any] | None = None
@@ -93,6 +97,7 @@ class StatusReport:
             "live_writers": self.live_writers,
             "daemon": self.daemon,
             "last_sweep": self.last_sweep,
+            "last_successful_sweep": self.last_successful_sweep,
             "last_backup": self.last_backup,
             "newest_backup": self.newest_backup,
             "memory_index": self.memory_index,
@@ -132,8 +137,7 @@ def collect(
     path = provider.database_file()
     if path is not None:
         _file_parts(report, provider, path)
-    report.last_sweep = _part(report, "audit", lambda: last_records(provider)[0])
-    report.last_backup = _part(report, "audit", lambda: last_records(provider)[1])
+    _audit_parts(report, provider)
     backups = backups if backups is not None else base.path / "backups" / "store"
     report.newest_backup = _part(report, "backups", lambda: newest_backup(provider, backups))
     report.memory_index = _part(report, "memory index", lambda: memory_drift(provider))
@@ -219,19 +223,51 @@ def daemon_state(path: Path) -> dict[str, Any]:
     return state
 
 
-def last_records(
-    provider: StorageProvider,
-) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """The newest audit records of a sweep and of a backup (keys sort by time)."""
-    newest: dict[str, str] = {}
-    for key in provider.scan_keys("audit:", batch_size=5000):
-        for hook in (SWEEP_HOOK, BACKUP_HOOK):
-            if key.endswith(f":{hook}"):
-                newest[hook] = key
-    return _record(provider, newest.get(SWEEP_HOOK)), _record(provider, newest.get(BACKUP_HOOK))
+def successful_sweep(record: dict[str, Any]) -> bool:
+    """A sweep that ran to its end over every namespace: no error, not interrupted, not
+    limited to some namespaces (``retention sweep --namespace``)."""
+    return not record.get("error") and not record.get("interrupted") and not record.get("only")
+
+
+def audit_records(provider: StorageProvider, store: str | None) -> dict[str, Any]:
+    """This store's newest sweep, newest successful sweep and newest backup, from the
+    audit records that name ``store`` (its id): another store's records, copied with
+    the data by a migrate or a restore elsewhere, and records naming no store (written
+    before stores had ids) are never this store's. ``passed``: how many newer records
+    of each kind were passed over for that reason."""
+    keys = audit.hook_keys(provider, (SWEEP_HOOK, BACKUP_HOOK))
+    sweep, passed_sweeps = audit.newest_own(provider, keys[SWEEP_HOOK], store)
+    good = sweep
+    if sweep is not None and not successful_sweep(sweep):
+        older = keys[SWEEP_HOOK][: keys[SWEEP_HOOK].index(sweep["key"])]
+        good, _ = audit.newest_own(provider, older, store, successful_sweep)
+    backup, passed_backups = audit.newest_own(provider, keys[BACKUP_HOOK], store)
+    return {
+        "last_sweep": _shown(sweep),
+        "last_successful_sweep": _shown(good),
+        "last_backup": _shown(backup),
+        "passed": {"sweep": len(passed_sweeps), "backup": len(passed_backups)},
+    }
+
+
+def _audit_parts(report: StatusReport, provider: StorageProvider) -> None:
+    found = _part(report, "audit", lambda: audit_records(provider, report.store_id))
+    if found is None:
+        return
+    report.last_sweep = found["last_sweep"]
+    report.last_successful_sweep = found["last_successful_sweep"]
+    report.last_backup = found["last_backup"]
+    for kind, count in found["passed"].items():
+        if count:
+            report.notes.append(
+                f"audit records: {count} {kind} record(s) newer than this store's last "
+                "name another store (copied with the data) or none (written before store "
+                "ids): not this store's"
+            )
 
 
 _RECORD_FIELDS = (
+    "key",
     "timestamp",
     "user",
     "host",
@@ -242,19 +278,16 @@ _RECORD_FIELDS = (
     "destination",
     "kind",
     "label",
+    "interrupted",
+    "error",
+    "only",
 )
 
 
-def _record(provider: StorageProvider, key: str | None) -> dict[str, Any] | None:
-    if key is None:
+def _shown(record: dict[str, Any] | None) -> dict[str, Any] | None:
+    if record is None:
         return None
-    value = provider.get(key)
-    found: dict[str, Any] = {"key": key}
-    with contextlib.suppress(ValueError, TypeError):
-        data = json.loads(value or "")
-        if isinstance(data, dict):
-            found.update({name: data[name] for name in _RECORD_FIELDS if name in data})
-    return found
+    return {name: record[name] for name in _RECORD_FIELDS if name in record}
 
 
 def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] | None:
@@ -281,6 +314,9 @@ def newest_backup(provider: StorageProvider, directory: Path) -> dict[str, Any] 
         "keys": newest.manifest.keys if newest.manifest and not newest.manifest.sealed else None,
         "encrypted": bool(newest.manifest and newest.manifest.encrypted),
         "verified": newest.verified,
+        "contents_verified_at": max(
+            (e.contents_checked_at for e in ours if e.contents_checked_at), default=None
+        ),
     }
 
 

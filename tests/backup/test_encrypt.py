@@ -98,7 +98,8 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
     assert stat.S_IMODE(archive.stat().st_mode) == 0o600
     assert manifest["encrypted"] is True and manifest["keys"] == len(GATEWAY_ROWS)
 
-    # outside: format, time, store id, sizes, sha256, recipients' fingerprints; nothing else
+    # outside: format, time, store id, the operator's label (for `backup list`), sizes,
+    # sha256, recipients' fingerprints; nothing else
     outer = read_manifest(archive)
     assert outer.sealed and outer.encrypted
     document = outer.as_dict()
@@ -110,6 +111,7 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
         "kind",
         "created",
         "store_id",
+        "label",
         "compression",
         "recipients",
         "payload_bytes",
@@ -118,6 +120,7 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
         "manifest_sha256",
     }
     assert document["recipients"] == [manifest["recipients"][0]]
+    assert document["label"] == "nightly-label"
     assert public not in archive.read_bytes().decode("latin-1")
     raw = archive.read_bytes()
     names = [name for name in manifest["namespaces"] if len(name) >= 5]  # none by chance
@@ -126,7 +129,7 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
         assert namespace.encode() not in raw, namespace
     for level in manifest["memories"]:
         assert f'"{level}"'.encode() not in raw
-    for secret in (str(gateway_db).encode(), b"nightly-label", b'"keys"', b"namespaces"):
+    for secret in (str(gateway_db).encode(), b'"keys"', b"namespaces"):
         assert secret not in raw
     sha = hashlib.sha256(raw[: outer.payload_bytes]).hexdigest()
     assert sha == outer.payload_sha256
@@ -139,12 +142,15 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
     run = cli("backup", "list", "--from", str(out))
     assert run.exit_code == 0 and "physical, age" in run.stdout
 
-    # a keyless verify checks what it can, says so in one line, records nothing
+    # a keyless verify checks what it can, says so in one line, records it as keyless
     run = cli("backup", "verify", str(archive))
     assert run.exit_code == 0, run.stderr
     assert "contents not checked" in run.stdout
     assert [line for line in run.stdout.splitlines() if "contents not checked" in line]
-    assert not (out / f"{archive.name}.verified").exists()
+    keyless = json.loads((out / f"{archive.name}.verified").read_text())
+    assert keyless["ok"] and keyless["contents_checked"] is False
+    run = cli("backup", "list", "--from", str(out), "--format", "json")
+    assert run.json()[0]["verified"] == "keyless"  # type: ignore[index]
 
     # with the identity: every check
     run = cli("backup", "verify", str(archive), "--identity", str(identity))
@@ -152,6 +158,7 @@ def test_encrypted_physical_backup_round_trip_and_what_stays_outside(
     assert "SQLite integrity check: ok" in run.stdout and "contents not checked" not in run.stdout
     marker = json.loads((out / f"{archive.name}.verified").read_text())
     assert marker["ok"] and marker["sha256"] == outer.payload_sha256
+    assert marker["contents_checked"] is True
     run = cli("backup", "list", "--from", str(out), "--format", "json")
     assert run.json()[0]["verified"] == "yes"  # type: ignore[index]
 

@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import CliFn
 from tests.helpers import gateway_writer
+from tests.helpers.gateway import memory_record
 from triggerfish_cli.demo import build_demo
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.freezer import Freeze
@@ -96,6 +97,15 @@ def kv_import(cli: CliFn, db: Path, base: Path) -> None:
         lines = [
             json.dumps({"key": f"imported:{round_}:{n:04d}", "value": json.dumps({"n": n})})
             for n in range(300)
+        ]
+        lines += [  # memory rows: their index rows are written after them (the gate too)
+            json.dumps(
+                {
+                    "key": f"memory:main-session:PUBLIC:imported-{round_}-{n}",
+                    "value": memory_record(f"imported-{round_}-{n}", "PUBLIC", f"fact {n}"),
+                }
+            )
+            for n in range(20)
         ]
         source = base / f"import-{round_}.jsonl"
         source.write_text("\n".join(lines) + "\n")

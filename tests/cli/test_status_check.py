@@ -27,7 +27,14 @@ from triggerfish_cli.serialization import to_iso
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 
 #: Every check off but the one a test looks at (and the destination, always checked).
-ALL_OFF = ("backup-age", "sweep-age", "wal-size", "index-drift", "config-versions")
+ALL_OFF = (
+    "backup-age",
+    "full-verify-age",
+    "sweep-age",
+    "wal-size",
+    "index-drift",
+    "config-versions",
+)
 
 
 @pytest.fixture
@@ -140,7 +147,7 @@ def test_sweep_age_crosses_ok_warning_critical(cli: CliFn, db: Path) -> None:
     args = only("sweep-age", "1d:3d")
     code, found = finding(cli, "sweep_age", *args)
     assert (code, found["state"]) == (2, "CRITICAL")
-    assert found["message"].startswith("no successful sweep recorded")
+    assert found["message"].startswith("no successful sweep of this store recorded")
 
     sweep_recorded(db, ago(days=4))
     assert finding(cli, "sweep_age", *args)[0] == 2
@@ -328,6 +335,7 @@ def test_worst_finding_wins_and_json_matches_the_text(
     assert [f["check"] for f in document["findings"]] == [
         "backup_destination",
         "backup_age",
+        "full_verify_age",
         "sweep_age",
         "wal_size",
         "index_drift",
@@ -352,6 +360,7 @@ def test_defaults_check_everything(cli: CliFn, db: Path, base_dir: Path) -> None
     assert states == {
         "backup_destination": ("OK", None, None),
         "backup_age": ("CRITICAL", 26 * 3600, 50 * 3600),
+        "full_verify_age": ("WARNING", 8 * 86400, None),
         "sweep_age": ("CRITICAL", 26 * 3600, 50 * 3600),
         "wal_size": ("OK", 64 << 20, 256 << 20),
         "index_drift": ("OK", 0, 100),
@@ -395,6 +404,7 @@ def test_the_checks_section_is_honoured_and_flags_override_it(
     (base_dir / "triggerfish.yaml").write_text(
         "checks:\n"
         "  backup_age: off\n"
+        "  full_verify_age: off\n"
         "  sweep_age: 'off'\n"
         "  index_drift: 5\n"
         "  config_versions: 0\n"

@@ -3,8 +3,8 @@
 A crafted source can hold ``memory:<agent>:PUBLIC:<key>`` rows whose record
 says another level (or agent, or key), or a PUBLIC copy of a higher memory's
 content. Merged into a store that holds memories, that would publish them
-at PUBLIC. Like ``kv import`` (which refuses memory keys), both refuse such
-rows, naming them, and write nothing.
+at PUBLIC. Both refuse such rows, naming them, and write nothing, as ``kv
+import`` does into a store with data (tests/cli/kv/test_import.py).
 """
 
 from __future__ import annotations

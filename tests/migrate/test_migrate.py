@@ -61,8 +61,10 @@ def test_yaml_locations(tmp_path: Path, base_dir: Path) -> None:
         ("postgresql://tf:hunter2@db/prod", RefusedError, "PGPASSWORD"),
         ("postgres://tf@db/prod?password=hunter2", RefusedError, "password"),
         ("mysql://db/x", UsageError, "unknown kind of store"),
-        ("s3://", InvalidDataError, "s3://bucket/prefix"),
-        ("postgresql://db/x?schema=pg_toast", InvalidDataError, "reserved"),
+        ("s3://", UsageError, "s3://bucket/prefix"),
+        ("s3://key:hunter2@bucket/x", RefusedError, "credentials"),
+        ("postgresql://db/x?schema=pg_toast", UsageError, "reserved"),
+        ("postgresql:/db/x", UsageError, "must be followed by //"),
         ("", UsageError, "empty"),
     ],
 )

@@ -162,6 +162,7 @@ def sealed_outer(
         payload_bytes=payload.count,
         payload_sha256=payload.sha.hexdigest(),
         store_id=inner.store_id,
+        label=inner.label,
         recipients=recipients,
         sealed=True,
         sealed_bytes=len(sealed),

@@ -34,6 +34,7 @@ from triggerfish_cli.errors import (
     VerificationError,
     write_error,
 )
+from triggerfish_cli.fileio import make_directory
 from triggerfish_cli.threads import background
 
 AGE_MAGIC = b"age-encryption.org/v1\n"
@@ -194,16 +195,25 @@ def identities_from(paths: list[Path] | None) -> Identities | None:
     return load_identities(paths)
 
 
-def keygen(path: Path, *, created: str) -> str:
-    """Write a new age identity to ``path`` (0600, never over a file); its public key."""
+def new_identity(*, created: str) -> tuple[str, str]:
+    """A new age identity: its public key, and the identity file's text (age-keygen's)."""
     # lazy: pyrage only for encrypted backups
     import pyrage
 
     identity = pyrage.x25519.Identity.generate()
     public = str(identity.to_public())
-    text = f"# created: {created}\n# public key: {public}\n{identity}\n"
+    return public, f"# created: {created}\n# public key: {public}\n{identity}\n"
+
+
+def keygen(path: Path, *, created: str) -> str:
+    """Write a new age identity to ``path`` (0600, never over a file); its public key.
+
+    Missing directories on the way are made 0700; the one it goes in is never a
+    symbolic link (exit 9), and the file is never written through one."""
+    public, text = new_identity(created=created)
+    make_directory(path.parent, no_link=True)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     except FileExistsError:
         raise RefusedError(
             f"{path}: already exists: an identity is never overwritten",

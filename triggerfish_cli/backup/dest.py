@@ -46,14 +46,23 @@ class Entry:
 
     @property
     def verified(self) -> str:
-        """``yes`` (verified, this very payload), ``FAILED``, or ``no``."""
+        """``yes`` (verified, this very payload), ``keyless`` (an encrypted one verified
+        without its key: the encrypted bytes are intact, the contents not checked),
+        ``FAILED``, or ``no``."""
         if self.manifest is None or self.marker is None:
             return "no"
         if self.marker.get("sha256") != self.manifest.archive_sha256:
             return "no"
         if self.marker.get("size") not in (None, self.size):  # changed since verified
             return "no"
-        return "yes" if self.marker.get("ok") else "FAILED"
+        if not self.marker.get("ok"):
+            return "FAILED"
+        return "keyless" if self.marker.get("contents_checked") is False else "yes"
+
+    @property
+    def contents_checked_at(self) -> str | None:
+        """When a verify that checked the contents found this very archive good."""
+        return (self.marker or {}).get("at") if self.verified == "yes" else None
 
     @property
     def created(self) -> str:
@@ -142,7 +151,7 @@ class LocalDestination:
         if directory.exists() and not directory.is_dir():
             raise UsageError(
                 f"{directory}: is a file, not a directory of backups",
-                hint="--to/--from name a directory (or s3://bucket/prefix); the archive's "
+                hint="backups go in a directory (or s3://bucket/prefix); the archive's "
                 "name is chosen for it",
             )
         if create:

@@ -8,6 +8,11 @@ connection. Both sides are read in key order and compared in one pass:
 only counts, and with ``keys`` the keys themselves, are kept; values are
 compared, never shown (nothing of a memory's content comes out).
 
+This tool's own audit records (``audit:<time>:admin_<action>``) are left
+out, only counted: taking a backup writes one after its snapshot, and a
+diff right after it must not say "changed" (the actions they record show
+as the keys they changed).
+
 Memory rows follow the raw view's rules (``kv.RawReads``): with a taint set,
 memory rows above it are left out altogether (neither counted nor named);
 without one, every row is counted, and naming memory keys above PUBLIC
@@ -23,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from triggerfish_cli import namespaces
+from triggerfish_cli import audit, namespaces
 from triggerfish_cli.backup.decompress import decompress_chunks
 from triggerfish_cli.backup.load import verified
 from triggerfish_cli.backup.manifest import Manifest
@@ -79,8 +84,13 @@ class Diff:
     taint: Level | None = None
     counts: dict[str, Counter[str]] = field(default_factory=dict)
     keys: dict[str, list[str]] | None = None
+    #: This tool's own audit records that differ, left out of the counts.
+    own_audit: int = 0
 
     def add(self, kind: str, key: str) -> None:
+        if audit.is_own(key):
+            self.own_audit += 1
+            return
         self.counts.setdefault(namespaces.group_of(key), Counter())[kind] += 1
         if self.keys is not None:
             self.keys[kind].append(key)
@@ -104,6 +114,7 @@ class Diff:
                 for name, counts in sorted(self.counts.items())
             },
             "totals": self.totals,
+            "own_audit_left_out": self.own_audit,
             **({"keys": self.keys} if self.keys is not None else {}),
         }
 

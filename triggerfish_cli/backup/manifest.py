@@ -2,7 +2,8 @@
 
 Written last into the archive (archive.py has the layout); an encrypted
 archive carries two: the sealed one (this whole manifest, encrypted) and the
-outer one (:meth:`Manifest.outer_dict`: nothing of its contents).
+outer one (:meth:`Manifest.outer_dict`: nothing of its contents; the
+operator's ``--label``, in clear, so that ``backup list`` shows it).
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ class Manifest:
     #: Encrypted archives: the recipients' fingerprints (backup_crypt.fingerprint).
     recipients: list[str] | None = None
     #: The outer manifest only (an encrypted archive not opened): its contents,
-    #: counts, source, label are unknown; ``payload_*`` are of the encrypted bytes.
+    #: counts, source are unknown (the operator's label is in clear); ``payload_*``
+    #: are of the encrypted bytes.
     sealed: bool = False
     #: The outer manifest only: size and sha256 of the encrypted manifest.
     sealed_bytes: int = 0
@@ -87,6 +89,7 @@ class Manifest:
             "kind": self.kind,
             "created": self.created,
             "store_id": self.store_id,
+            **({"label": self.label} if self.label is not None else {}),
             "compression": self.compression,
             "recipients": list(self.recipients or []),
             "payload_bytes": self.payload_bytes,
@@ -236,6 +239,7 @@ class Manifest:
             payload_bytes=sizes[0],
             payload_sha256=data["payload_sha256"],
             store_id=_optional_text(data, "store_id", origin),
+            label=data.get("label") if isinstance(data.get("label"), str) else None,
             tool_version=str(data.get("tool_version", "")),
             format_version=SEALED_FORMAT_VERSION,
             recipients=recipients,
@@ -251,9 +255,9 @@ class Manifest:
             self.created,
             self.compression,
             self.store_id,
-        ):
+        ) or (self.label is not None and self.label != inner.label):
             raise InvalidDataError(
-                "the sealed manifest does not match the outer one (kind, time, store)"
+                "the sealed manifest does not match the outer one (kind, time, store, label)"
             )
         inner.recipients = self.recipients
         inner.outer = self

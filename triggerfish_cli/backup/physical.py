@@ -40,12 +40,14 @@ from triggerfish_cli.errors import (
     VerificationError,
     WriteError,
 )
-from triggerfish_cli.fileio import fsync_dir, nofollow, pid_alive, trusted_link
+from triggerfish_cli.fileio import fsync_dir, make_directory, nofollow, pid_alive, trusted_link
 from triggerfish_cli.progress import Reporter
 from triggerfish_cli.serialization import now_iso
 from triggerfish_cli.storage.backends import file_backend, files_of
 
 PRE_RESTORE = ".pre-restore-"
+#: What ``--undo`` keeps the store it replaces as: ``<db>.undone-<time>``.
+UNDONE = ".undone-"
 
 
 def stamp() -> str:
@@ -94,9 +96,11 @@ class Swapped:
     manifest: Manifest | None
     checks: list[str]
     dry_run: bool = False
+    #: ``--undo``: the pre-restore file put back as the store (``kept``: the store it replaced).
+    put_back: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
+        document = {
             "target": self.target,
             "kept": self.kept,
             "created": self.manifest.created if self.manifest else None,
@@ -104,6 +108,9 @@ class Swapped:
             "checks": self.checks,
             "dry_run": self.dry_run,
         }
+        if self.put_back is not None:
+            document["put_back"] = self.put_back
+        return document
 
 
 def scratch_path(target: Path) -> Path:
@@ -145,7 +152,7 @@ def restore_physical(
     target = store_file(target)  # swap the file itself, not a symlink to it
     files = files_of(backend)
     check_not_open(target, force, backend)
-    target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_directory(target.parent)
     scratch = scratch_path(target)
     try:
         result = verify_file(
@@ -295,18 +302,19 @@ def undo(target: Path, *, force: bool, dry_run: bool = False) -> Swapped:
         raise NotFoundError(f"{target}: no {target.name}{PRE_RESTORE}* file to put back")
     newest = found[-1]
     if dry_run:
-        return Swapped(str(target), str(newest), None, [], dry_run=True)
+        would_keep = f"{target.name}{UNDONE}<time>" if target.exists() else None
+        return Swapped(str(target), would_keep, None, [], dry_run=True, put_back=str(newest))
     check_not_open(target, force, backend)
     scratch = scratch_path(target)
     try:
         _keep(newest, scratch)
     except FileExistsError:
         raise _taken(scratch) from None
-    kept = _swap_in(scratch, target, backend, force=force, keep_as=".undone-")
+    kept = _swap_in(scratch, target, backend, force=force, keep_as=UNDONE)
     wal = Path(str(newest) + "-wal")
     if _is_file(wal):
         os.replace(wal, str(target) + "-wal")
     newest.unlink()
     details = {"kept": str(kept) if kept else None}
     _audit_file(target, backend, "backup_undo", newest.name, {}, details)
-    return Swapped(str(target), str(kept) if kept else None, None, [f"put back {newest.name}"])
+    return Swapped(str(target), str(kept) if kept else None, None, [], put_back=str(newest))

@@ -32,6 +32,7 @@ from triggerfish_cli.backup.load import (
 from triggerfish_cli.backup.manifest import Manifest
 from triggerfish_cli.backup.physical import (
     PRE_RESTORE,
+    UNDONE,
     check_not_open,
     pre_restores,
     restore_physical,
@@ -356,7 +357,7 @@ class UndoPlan:
             return None
         return (
             f"Put {self.found[-1].name} back as {self.target}? The current store is kept as "
-            f"{self.target.name}.undone-<time>."
+            f"{self.target.name}{UNDONE}<time>."
         )
 
     def as_dict(self) -> dict[str, Any]:

@@ -7,7 +7,9 @@ every core: storage/sqlite/integrity.py), the FTS5 integrity check of the memory
 index when the store has one, and the key counts per namespace and memories
 per level of the manifest; a logical backup line by line (valid JSON, keys
 strictly increasing, the same counts). The verdict is recorded beside the
-archive (``<name>.verified``) for ``backup list`` and ``backup prune``.
+archive (``<name>.verified``) for ``backup list``, ``prune``, ``status --check``;
+a keyless verify of an encrypted archive as such (``contents_checked: false``),
+never over the verdict of a verify with the key.
 """
 
 from __future__ import annotations
@@ -75,11 +77,14 @@ class Verified:
         }
 
     def marker(self, size: int | None = None) -> dict[str, Any]:
+        """The verdict beside the archive (``<name>.verified``); a keyless one says so."""
         return {
             "at": now_iso(),
             "size": size,
             "ok": self.ok,
             "sha256": self.manifest.archive_sha256 if self.manifest else None,
+            "contents_checked": not self.sealed,
+            "checks": self.checks,
             "failures": self.failures,
         }
 
@@ -437,8 +442,8 @@ def verify_in(
     progress: Reporter | None = None,
     identities: Identities | None = None,
 ) -> Verified:
-    """Verify one archive of a destination and record the verdict beside it (not for a
-    keyless check of an encrypted one: its contents were not checked).
+    """Verify one archive of a destination and record the verdict beside it (a keyless
+    check of an encrypted one as such, never over a verify with the key).
 
     A physical backup is decompressed into ``scratch`` when given; else in memory
     when it fits (backup/scratch.py), else beside the backups (else the system temp)."""
@@ -463,9 +468,23 @@ def verify_in(
             result = Verified(name, None, [exc.message], invalid=True)
         except VerificationError as exc:  # the sealed manifest is damaged
             result = Verified(name, None, [exc.message])
-    if result.manifest is not None and not result.sealed:
+    if result.manifest is not None and not _keeps_full_verdict(dest, name, result, size):
         dest.write_marker(name, result.marker(size))
     return result
+
+
+def _keeps_full_verdict(dest: Destination, name: str, result: Verified, size: int) -> bool:
+    """A keyless pass leaves a verify with the key (of this very archive, perhaps made on
+    another host) as it is: it checked less."""
+    if not (result.sealed and result.ok):
+        return False
+    marker = dest.entry(name).marker or {}
+    return (
+        marker.get("contents_checked", True) is not False
+        and result.manifest is not None
+        and marker.get("sha256") == result.manifest.archive_sha256
+        and marker.get("size") in (None, size)
+    )
 
 
 def check(results: list[Verified]) -> None:

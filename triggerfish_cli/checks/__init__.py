@@ -6,10 +6,17 @@ measured and its limits. The checks:
 
 - ``backup_age``: the age of the newest *verified* backup of this store (its
   manifest's creation time; verified: ``backup verify`` recorded a pass for
-  that very archive) in the backup destination; none at all counts as older
+  that very archive, or, for an encrypted one, a keyless pass: its encrypted
+  bytes intact) in the backup destination; none at all counts as older
   than any limit;
-- ``sweep_age``: the time since the last *successful* ``retention sweep``
-  (the newest sweep audit record without an error and not interrupted);
+- ``full_verify_age``: the time since a verify that checked the contents
+  (with the key, for an encrypted backup; made here or on another host, its
+  verdict beside the archive) passed one of this store's backups; none
+  counts as older than any limit (default ``8d``, a warning only: keyless
+  verifies alone are a WARNING, never CRITICAL);
+- ``sweep_age``: the time since the last *successful* ``retention sweep`` of
+  this store (the newest sweep audit record naming this store's id, without
+  an error, not interrupted, over every namespace: not ``--namespace``);
   none recorded counts as older than any limit;
 - ``wal_size``: the size of the SQLite store's ``-wal`` file (other
   backends have none: OK);

@@ -31,6 +31,7 @@ class CheckSpec:
 #: Every check with a limit: its kind and default (``status --check`` with no flags).
 CHECKS: dict[str, CheckSpec] = {
     "backup_age": CheckSpec(DURATION, "26h:50h"),
+    "full_verify_age": CheckSpec(DURATION, "8d"),
     "sweep_age": CheckSpec(DURATION, "26h:50h"),
     "wal_size": CheckSpec(SIZE, "64MiB:256MiB"),
     "index_drift": CheckSpec(COUNT, "0:100"),

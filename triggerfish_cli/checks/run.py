@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,7 +33,7 @@ from triggerfish_cli.errors import (
 from triggerfish_cli.paths import store_backups_dir
 from triggerfish_cli.serialization import parse_iso, utc_now
 from triggerfish_cli.settings import StorageConfig
-from triggerfish_cli.status import SWEEP_HOOK, collect
+from triggerfish_cli.status import collect
 from triggerfish_cli.storage.backends import in_local_files
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -176,8 +175,10 @@ def run_checks(
     findings = [reach]
     if (limit := on.get("backup_age")) is not None:
         findings.append(_backup_age(limit, backups, reach, now))
+    if (limit := on.get("full_verify_age")) is not None:
+        findings.append(_full_verify_age(limit, backups, reach, now))
     if (limit := on.get("sweep_age")) is not None:
-        findings.append(_sweep_age(limit, provider, now))
+        findings.append(_sweep_age(limit, report, notes, now))
     if (limit := on.get("wal_size")) is not None:
         findings.append(_wal_size(limit, report, notes))
     if (limit := on.get("index_drift")) is not None:
@@ -215,6 +216,8 @@ class _Backup:
     name: str
     created: datetime | None
     verified: str
+    #: When a verify that checked its contents found it good (None: none did).
+    contents_checked: datetime | None = None
 
 
 def _destination(
@@ -242,7 +245,12 @@ def _destination(
         return Finding(check, UNKNOWN, f"{where}: {exc.strerror or exc}"), None
     store = ref_of(provider)
     ours = [
-        _Backup(entry.name, parse_iso(entry.created), entry.verified)
+        _Backup(
+            entry.name,
+            parse_iso(entry.created),
+            entry.verified,
+            parse_iso(entry.contents_checked_at),
+        )
         for entry in entries
         if entry.manifest is not None and same_store(entry.manifest, store)
     ]
@@ -271,7 +279,7 @@ def _backup_age(
         return _unknown(check, limit, f"cannot list the backups: {reach.message}")
     if not backups:
         return evaluate(check, None, limit, "no backup of this store")
-    verified = [b for b in backups if b.verified == "yes" and b.created is not None]
+    verified = [b for b in backups if b.verified in GOOD and b.created is not None]
     if not verified:
         newest = max(backups, key=lambda b: (b.created is not None, b.created or now, b.name))
         return evaluate(
@@ -284,37 +292,51 @@ def _backup_age(
     newest = max(verified, key=lambda b: (b.created, b.name))
     assert newest.created is not None
     age = round((now - newest.created).total_seconds(), 3)
+    how = " keyless: encrypted bytes intact, contents not checked" * (newest.verified != "yes")
     return evaluate(
-        check, age, limit, f"newest verified backup {show_age(age)} old ({newest.name})"
+        check, age, limit, f"newest verified backup {show_age(age)} old ({newest.name}{how})"
     )
 
 
-def last_good_sweep(provider: StorageProvider) -> dict[str, Any] | None:
-    """The newest sweep audit record that records no error and no interruption."""
-    keys = [
-        key
-        for key in provider.scan_keys("audit:", batch_size=5000)
-        if key.endswith(f":{SWEEP_HOOK}")
-    ]
-    for key in reversed(keys):
-        try:
-            data = json.loads(provider.get(key) or "")
-        except ValueError:
-            continue
-        if isinstance(data, dict) and not data.get("error") and not data.get("interrupted"):
-            data["key"] = key
-            return data
-    return None
+#: The verdicts ``backup_age`` counts: a full verify, or a keyless one of an encrypted
+#: backup (its encrypted bytes are intact; ``full_verify_age`` asks for the contents).
+GOOD = ("yes", "keyless")
 
 
-def _sweep_age(limit: Limit, provider: StorageProvider, now: datetime) -> Finding:
+def _full_verify_age(
+    limit: Limit, backups: list[_Backup] | None, reach: Finding, now: datetime
+) -> Finding:
+    """The time since a verify that checked the contents (with the key, for an encrypted
+    backup; here or on another host, its verdict beside the archive) found one of this
+    store's backups good."""
+    check = "full_verify_age"
+    if backups is None:
+        return _unknown(check, limit, f"cannot list the backups: {reach.message}")
+    times = [b.contents_checked for b in backups if b.contents_checked is not None]
+    if not times:
+        keyless = any(b.verified == "keyless" for b in backups)
+        why = "keyless verifies only: " if keyless else ""
+        return evaluate(
+            check,
+            None,
+            limit,
+            f"no backup of this store has had its contents verified ({why}run `backup "
+            "verify`; an encrypted one with -i KEY where the identity is)",
+        )
+    age = round(max((now - max(times)).total_seconds(), 0.0), 3)
+    return evaluate(check, age, limit, f"contents of a backup verified {show_age(age)} ago")
+
+
+def _sweep_age(limit: Limit, report: Any, notes: Sequence[str], now: datetime) -> Finding:
+    """The last successful sweep of this store (status.audit_records: its audit record
+    names this store's id; no error, not interrupted, every namespace)."""
     check = "sweep_age"
-    try:
-        record = last_good_sweep(provider)
-    except TriggerfishError as exc:
-        return _unknown(check, limit, f"cannot read the audit records: {exc.message}")
+    problem = _note(notes, "audit")
+    if problem is not None and report.last_successful_sweep is None:
+        return _unknown(check, limit, f"cannot read the audit records: {problem}")
+    record = report.last_successful_sweep
     if record is None:
-        return evaluate(check, None, limit, "no successful sweep recorded")
+        return evaluate(check, None, limit, "no successful sweep of this store recorded")
     when = parse_iso(record.get("timestamp"))
     if when is None:
         return _unknown(check, limit, f"{record['key']}: no time in the record")

@@ -51,14 +51,18 @@ def _version(value: bool) -> None:
 def root(
     ctx: typer.Context,
     db: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--db",
             envvar="TRIGGERFISH_DB",
             show_default=False,
-            help="SQLite store to work on; it must exist (default: <base>/data/triggerfish.db, "
-            "<base> found as the gateway finds it: $TRIGGERFISH_DATA_DIR, else /data inside "
-            "Docker, else ~/.triggerfish).",
+            metavar="PATH|URL",
+            help="The store to work on; it must exist: a SQLite path, "
+            "postgresql://[USER@]HOST[:PORT]/DB?schema=NAME or s3://BUCKET/PREFIX, as migrate "
+            "takes them (passwords and keys never: PGPASSWORD, ~/.pgpass, the AWS environment; "
+            "the S3 endpoint from AWS_ENDPOINT_URL or the storage: section). Default: "
+            "<base>/data/triggerfish.db, <base> found as the gateway finds it: "
+            "$TRIGGERFISH_DATA_DIR, else /data inside Docker, else ~/.triggerfish.",
         ),
     ] = None,
     config: Annotated[

@@ -146,7 +146,8 @@ class BoundaryGroup(TyperGroup):
             if debug:
                 _traceback()
             failure = errors.resource_error(exc) or exc
-            code = _fail(str(failure), failure.exit_code)
+            answer = isinstance(failure, errors.NotConfirmedError)  # not an error
+            code = _fail(str(failure), failure.exit_code, answer=answer)
         except KeyboardInterrupt:
             code = _fail("interrupted", 130)
         except (BrokenPipeError, PipeClosed):  # `... | head`: stop quietly, status 0
@@ -222,13 +223,13 @@ def _traceback() -> None:
     traceback.print_exc()
 
 
-def _fail(message: str, code: int) -> int:
+def _fail(message: str, code: int, *, answer: bool = False) -> int:
     line = " ".join(message.split()) if "\n" in message else message
     try:
         # lazy: the renderer is loaded only when there is an error to show
         from triggerfish_cli.cli.output import Output
 
-        Output().error(line)
+        Output().error(line, answer=answer)
     except (MemoryError, OSError, ImportError):  # out of memory or files even for that
         with contextlib.suppress(OSError):
             os.write(2, f"error: {line}\n".encode("utf-8", "replace"))

@@ -28,7 +28,8 @@ def own_process() -> None:
 
 @dataclass
 class AppState:
-    db: Path | None = None
+    #: --db as given: a store address or a SQLite path (storage/factory.py).
+    db: str | None = None
     config: Path | None = None
     backend: str | None = None
     #: Where --db and --backend came from: the option, or its environment variable.
@@ -81,7 +82,8 @@ class AppState:
         """Open the store once per invocation; it is closed when the command ends.
 
         A store that does not exist is exit 7 naming it and how it was chosen;
-        only ``create`` (demo create, a restore into an empty target) makes one.
+        only ``create`` (demo create, kv import --create, a restore into an empty
+        target) makes one.
         """
         if self._providers:
             return self._providers[0]  # type: ignore[no-any-return]

@@ -90,10 +90,13 @@ def create_cmd(
         counts={"records": summary.records},
         details={"seed": seed},
     )
+    summary.counts["audit:"] = summary.counts.get("audit:", 0) + 1  # the record just written
     result = summary.as_dict()
     result["store"] = provider.describe()
+    result["keys"] = summary.records + 1
     out.outcome(
         result,
-        f"wrote {summary.records} keys to {provider.describe()} "
+        f"wrote {summary.records} demo keys and this run's audit record to "
+        f"{provider.describe()}: {summary.records + 1} keys "
         f"({summary.memories_indexed} memories indexed, seed {seed})",
     )

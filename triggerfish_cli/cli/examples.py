@@ -16,13 +16,13 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "kv set": (f"{P} kv set prefs:owner:bumpers_default true", f"{P} kv set note:x --raw < x.txt"),
     "kv delete": (
         f"{P} kv delete --prefix 'pairing:pending:' --dry-run",
-        f"{P} kv delete healthcheck:test --yes",
+        f"{P} kv delete pairing:pending:telegram --yes",
     ),
     "kv clear": (f"{P} kv clear --dry-run", f"{P} --db scratch.db kv clear --yes"),
     "kv export": (f"{P} kv export conv: > conv.jsonl", f"{P} kv export -f csv -o all.csv"),
     "kv import": (
         f"{P} kv import conv.jsonl --dry-run",
-        f"{P} kv export | {P} --db copy.db kv import -",
+        f"{P} kv export -t RESTRICTED | {P} --db copy.db kv import --create -t RESTRICTED -",
     ),
     "demo create": (
         f"{P} demo create --records 20000",
@@ -105,7 +105,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     ),
     "status": (f"{P} status", f"{P} status -f json | jq '.live_writers'"),
     "help": (f"{P} help kv list", f"{P} help --json | jq '.commands[].name'"),
-    "completion": (f"{P} completion bash > ~/.local/share/bash-completion/completions/{P}",),
+    "completion": (
+        f"source <({P} completion bash)",
+        f"mkdir -p ~/.local/share/bash-completion/completions && "
+        f"{P} completion bash > ~/.local/share/bash-completion/completions/{P}",
+    ),
 }
 
 

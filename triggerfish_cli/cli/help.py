@@ -80,8 +80,8 @@ def completion_cmd(
 ) -> None:
     """Print the shell completion script for bash, zsh or fish.
 
-    For example: triggerfish-admin completion bash >
-    ~/.local/share/bash-completion/completions/triggerfish-admin
+    For this shell only: source <(triggerfish-admin completion bash); for good,
+    write it into ~/.local/share/bash-completion/completions/ (make it first).
     """
     # lazy: cli.reference is not loaded by `completion --help`
     from triggerfish_cli.cli.reference import SHELLS, completion_script

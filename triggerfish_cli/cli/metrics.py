@@ -108,8 +108,12 @@ def backed_up(run: JobRun | None, document: dict[str, Any]) -> None:
         run.set("backup_compression_ratio", content / size if content else 1.0)
     verified = document.get("verified")
     if isinstance(verified, dict):
-        run.set("backups_verified", 1 if verified.get("ok") else 0, result="ok")
-        run.set("backups_verified", 0 if verified.get("ok") else 1, result="failed")
+        good = bool(verified.get("ok"))
+        keyless = good and verified.get("contents_checked") is False
+        run.set("backups_verified", 1 if good and not keyless else 0, result="ok")
+        run.set("backups_verified", 0 if good else 1, result="failed")
+        if keyless:  # encrypted, checked without the key: not counted as verified
+            run.set("backups_verified", 1, result="contents_not_checked")
 
 
 def verified(run: JobRun | None, results: list[Any]) -> None:

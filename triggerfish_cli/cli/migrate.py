@@ -143,14 +143,14 @@ def _report_result(out: Any, result: Any) -> None:
         out.rows(
             document["namespaces"],
             [
-                Column("namespace", "namespace"),
+                Column("namespace", "namespace", essential=True),
                 Column("source_keys", "source", "right"),
                 Column("target_keys", "target", "right"),
                 Column("missing", "missing", "right"),
                 Column("different", "diff", "right"),
                 Column("extra", "extra", "right"),
                 Column("source_checksum", "checksum", render=lambda v: str(v)[:8]),
-                Column("ok", "ok", render=lambda v: "yes" if v else "NO"),
+                Column("ok", "ok", render=lambda v: "yes" if v else "NO", essential=True),
             ],
             empty="the source is empty",
         )

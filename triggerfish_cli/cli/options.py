@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -12,6 +14,7 @@ from triggerfish_cli.cli.context import AppState, state
 if TYPE_CHECKING:
     from triggerfish_cli.classification import Level
     from triggerfish_cli.cli.output import Output
+    from triggerfish_cli.storage.provider import StorageProvider
 
 
 class Format(str, enum.Enum):
@@ -86,25 +89,60 @@ def complete_namespace(incomplete: str) -> list[str]:
     return [ns.name for ns in NAMESPACES if ns.name.startswith(incomplete)]
 
 
-def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
-    """Shell completion of the config version numbers stored in the store.
-
-    Completion runs before any command callback, so the store is resolved
-    from the root's parsed options (--db, --config, --backend and their
-    environment variables). It never creates a store, and any failure
-    (no store, server down, broken config) completes nothing.
-    """
+@contextmanager
+def completion_store(ctx: typer.Context) -> Iterator[StorageProvider]:
+    """The store shell completion reads from: resolved from the root's parsed options
+    (--db, --config, --backend and their environment variables), never created.
+    Completion runs before any command callback."""
     params = ctx.find_root().params
     st = AppState(db=params.get("db"), config=params.get("config"), backend=params.get("backend"))
+    try:
+        yield st.provider()
+    finally:
+        st.close()
+
+
+def complete_store_namespace(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of the namespaces the store holds keys in (one probe each);
+    every known namespace when the store cannot be opened."""
+    # lazy: namespaces and kv.keys add modules to `--help`
+    from triggerfish_cli.kv.keys import namespaces_present
+    from triggerfish_cli.namespaces import NAMESPACES
+
+    candidates = [ns for ns in NAMESPACES if ns.name.startswith(incomplete)]
+    try:
+        with completion_store(ctx) as provider:
+            candidates = namespaces_present(provider, candidates)
+    except Exception:  # completion must never print a traceback into the shell
+        pass
+    return [ns.name for ns in candidates]
+
+
+def complete_key(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of the store's keys by prefix (at most 100, one range read);
+    nothing when the store cannot be opened."""
+    # lazy: kv.keys adds modules to `--help`
+    from triggerfish_cli.kv.keys import completion_keys
+
+    try:
+        with completion_store(ctx) as provider:
+            return completion_keys(provider, incomplete)
+    except Exception:  # completion must never print a traceback into the shell
+        return []
+
+
+def complete_config_version(ctx: typer.Context, incomplete: str) -> list[str]:
+    """Shell completion of the config version numbers stored in the store
+    (:func:`completion_store`); any failure (no store, server down, broken config)
+    completes nothing."""
     try:
         # lazy: config.versions adds 30 modules to `--help`, 11 to `kv get --raw`
         from triggerfish_cli.config.versions import version_numbers
 
-        numbers = version_numbers(st.provider())
+        with completion_store(ctx) as provider:
+            numbers = version_numbers(provider)
     except Exception:  # completion must never print a traceback into the shell
         return []
-    finally:
-        st.close()
     bare = incomplete[1:] if incomplete[:1] in ("v", "V") else incomplete
     prefix = incomplete[:1] if bare != incomplete else ""
     return [f"{prefix}{n}" for n in reversed(numbers) if str(n).startswith(bare)]

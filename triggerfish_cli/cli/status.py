@@ -10,7 +10,8 @@ from triggerfish_cli.cli.backup.options import EndpointOpt
 from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.options import FormatOpt, begin, fmt_value
 from triggerfish_cli.cli.output import Output
-from triggerfish_cli.cli.output.text import Column, human_bytes
+from triggerfish_cli.cli.output.text import Column
+from triggerfish_cli.cli.status_rows import status_rows
 from triggerfish_cli.errors import MissingStoreError, TriggerfishError, UsageError
 
 HELP = (
@@ -25,14 +26,17 @@ HELP = (
     "the default destination, memory index drift (counts) and the config versions held. "
     "--format json for monitoring. Exit 7 when the store does not exist.\n\n"
     "--check: a monitoring plugin (Nagios, Icinga, Sensu, ...). It checks the age of the "
-    "newest verified backup of this store (--backup-age), the time since the last "
-    "successful sweep (--sweep-age), the WAL size (--wal-size), memory index drift "
+    "newest verified backup of this store (--backup-age; an encrypted one verified without "
+    "its key counts), the time since a verify checked a backup's contents "
+    "(--full-verify-age), the time since the last successful sweep of every namespace "
+    "(--sweep-age), the WAL size (--wal-size), memory index drift "
     "(--index-drift), the config versions held (--config-versions, alerting when fewer) "
     "and that the backup destination can be reached (--backups, --endpoint-url); a live "
     "writer stopped (state T) is CRITICAL. Limits "
     "are WARN[:CRIT] (26h:50h, 64MiB:256MiB, 0:100) or off, from the flags, else the "
     "checks: section of triggerfish.yaml, else the defaults (backup and sweep 26h:50h, "
-    "WAL 64MiB:256MiB, drift 0:100, config versions 1). It prints a status line "
+    "full verify 8d, WAL 64MiB:256MiB, drift 0:100, config versions 1). Only this "
+    "store's records count: those naming its id. It prints a status line "
     "(TRIGGERFISH <STATE> - ... | perfdata) and one line per finding; --format json gives "
     "the same findings. With --check the exit codes are the plugin convention's, not the "
     "usual ones: 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN (the worst finding wins; any "
@@ -71,6 +75,15 @@ BackupAgeOpt = Annotated[
     str | None,
     _limit_opt("backup-age", "26h:50h", "the newest verified backup of this store older than"),
 ]
+FullVerifyAgeOpt = Annotated[
+    str | None,
+    _limit_opt(
+        "full-verify-age",
+        "8d",
+        "the last verify that checked a backup's contents (with the key, for an "
+        "encrypted one) older than",
+    ),
+]
 SweepAgeOpt = Annotated[
     str | None,
     _limit_opt("sweep-age", "26h:50h", "the last successful retention sweep older than"),
@@ -104,6 +117,7 @@ def status_cmd(
     fmt: FormatOpt = None,
     check: CheckOpt = False,
     backup_age: BackupAgeOpt = None,
+    full_verify_age: FullVerifyAgeOpt = None,
     sweep_age: SweepAgeOpt = None,
     wal_size: WalSizeOpt = None,
     index_drift: IndexDriftOpt = None,
@@ -117,6 +131,7 @@ def status_cmd(
     st, out = begin(ctx, fmt)
     flags = {
         "backup_age": backup_age,
+        "full_verify_age": full_verify_age,
         "sweep_age": sweep_age,
         "wal_size": wal_size,
         "index_drift": index_drift,
@@ -139,94 +154,10 @@ def status_cmd(
 
 def show(out: Output, document: dict[str, Any]) -> None:
     def table() -> None:
-        rows = _rows(document)
+        rows = status_rows(document)
         out.record(rows, [Column(name, name) for name in rows])
 
     out.result(document, table, always=True)
-
-
-def _rows(document: dict[str, Any]) -> dict[str, str]:
-    """The report as one line per item, for the table."""
-    rows = {
-        "store": f"{document['backend']} {document['location']}",
-        "chosen": document["chosen_by"] or "",
-        "exists": "yes" if document["exists"] else f"NO: {document['error']}",
-    }
-    if not document["exists"]:
-        rows["daemon"] = _daemon(document["daemon"])
-        return rows
-    rows["id"] = document["store_id"] or "none yet (recorded by the first command that writes)"
-    rows["keys"] = str(document["keys"])
-    files = document["sqlite"]
-    if files:
-        read_only = ", read-only here" if document["read_only"] else ""
-        rows["size"] = (
-            f"{human_bytes(files['size'])}, WAL {human_bytes(files['wal_size'])}, "
-            f"journal {files['journal_mode']}{read_only}"
-        )
-    writers = document["live_writers"]
-    if writers is not None:
-        rows["live writers"] = "; ".join(_writer(w) for w in writers) or "none"
-    rows["daemon"] = _daemon(document["daemon"])
-    rows["last sweep"] = _audit(document["last_sweep"])
-    rows["last backup"] = _audit(document["last_backup"])
-    rows["newest backup"] = _newest(document["newest_backup"])
-    drift = document["memory_index"]
-    if drift:
-        rows["memory index"] = f"{drift['kind']}: {drift['records']} records, " + (
-            "in sync"
-            if not drift["to_fix"]
-            else f"{drift['missing']} missing, {drift['stale']} stale, "
-            f"{drift['orphaned']} orphaned: run `memory reindex`"
-        )
-    versions = document["config_versions"]
-    if versions:
-        rows["config versions"] = (
-            f"{versions['count']} (v{versions['oldest']} to v{versions['newest']})"
-            if versions["count"]
-            else "none"
-        )
-    for number, note in enumerate(document["notes"], 1):
-        rows[f"note {number}"] = note
-    rows.update({f"resumed {n}": line for n, line in enumerate(document["resumed"], 1)})
-    return rows
-
-
-def _writer(writer: dict[str, Any]) -> str:
-    text = f"pid {writer['pid']} ({writer['user']}: {writer['command']})"
-    if writer["stopped"]:
-        text += f", STOPPED (state T: it cannot write or answer; kill -CONT {writer['pid']})"
-    if not writer["may_signal"]:
-        return text + f", cannot pause: {writer['why_not']}"
-    return text + (f", never paused: {writer['not_paused']}" if writer["not_paused"] else "")
-
-
-def _daemon(daemon: dict[str, Any] | None) -> str:
-    if not daemon or not daemon["exists"]:
-        return f"no {daemon['file'] if daemon else 'daemon.json'}"
-    started = f", started {daemon['started']}" if daemon["started"] else ""
-    if daemon["running"]:
-        return f"running (pid {', '.join(map(str, daemon['processes']))}){started}"
-    return f"not running{started}"
-
-
-def _audit(record: dict[str, Any] | None) -> str:
-    if not record:
-        return "none recorded"
-    counts = ", ".join(f"{k} {v}" for k, v in (record.get("counts") or {}).items())
-    who = f" by {record['user']}" if record.get("user") else ""
-    return f"{record.get('timestamp', '?')}{who}" + (f": {counts}" if counts else "")
-
-
-def _newest(newest: dict[str, Any] | None) -> str:
-    if not newest:
-        return "no default backup directory"
-    if not newest.get("name"):
-        return f"none of this store in {newest['destination']}"
-    return (
-        f"{newest['name']} ({newest['created']}, verified {newest['verified']}; "
-        f"{newest['backups']} of this store in {newest['destination']})"
-    )
 
 
 def run_check(st: AppState, fmt: str | None, flags: dict[str, str | None]) -> int:

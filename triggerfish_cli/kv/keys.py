@@ -3,8 +3,9 @@ rows, prefix deletes."""
 
 from __future__ import annotations
 
+import itertools
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,46 @@ from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
 from triggerfish_cli.memory.keys import may_name, split_key
 from triggerfish_cli.serialization import fast_loads, to_iso, utc_now
 from triggerfish_cli.storage.provider import PrefixStats, StorageProvider, value_size
+
+# -- shell completion -----------------------------------------------------------
+
+#: Shell completion offers at most this many keys ...
+COMPLETION_KEYS = 100
+#: ... from the first this many under the prefix (one bounded range read).
+COMPLETION_SCANNED = 1000
+
+
+def completion_keys(
+    provider: StorageProvider, prefix: str, limit: int = COMPLETION_KEYS
+) -> list[str]:
+    """The first ``limit`` keys starting with ``prefix``, in key order, for shell
+    completion: one range read of at most :data:`COMPLETION_SCANNED` keys, never a
+    full scan. Left out: memory keys above PUBLIC (naming them needs an audit
+    record, and completion never writes) and keys a shell cannot take as one word
+    (line breaks, other control characters, odd cells)."""
+    keys = provider.scan_keys(prefix or None, batch_size=limit + 1)
+    try:
+        shown = (
+            key
+            for key in itertools.islice(keys, COMPLETION_SCANNED)
+            if cells.is_plain(key)
+            and key.isprintable()
+            and (not key.startswith(MEMORY_PREFIX) or may_name(key, Level.PUBLIC))
+        )
+        return list(itertools.islice(shown, limit))
+    finally:
+        close = getattr(keys, "close", None)
+        if close is not None:
+            close()
+
+
+def namespaces_present(
+    provider: StorageProvider, candidates: Sequence[namespaces.Namespace]
+) -> list[namespaces.Namespace]:
+    """Those of ``candidates`` that hold at least one key: one index probe each."""
+    there = provider.any_keys([(namespace.prefix, None) for namespace in candidates])
+    return [namespace for namespace, found in zip(candidates, there, strict=True) if found]
+
 
 # -- kv namespaces ------------------------------------------------------------
 

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, cast
 
 from triggerfish_cli import audit, cells
-from triggerfish_cli.errors import InvalidDataError
-from triggerfish_cli.kv.keys import RawReads, raw_rows, refuse_memory_key
+from triggerfish_cli.classification import Level
+from triggerfish_cli.errors import InvalidDataError, RefusedError
+from triggerfish_cli.kv.keys import RawReads, raw_rows
+from triggerfish_cli.memory.keys import PREFIX as MEMORY_PREFIX
+from triggerfish_cli.memory.keys import naming_level, split_key
 from triggerfish_cli.serialization import dumps
 from triggerfish_cli.storage.provider import StorageProvider
 
@@ -67,6 +70,8 @@ class ImportResult:
     new: int = 0
     replaced: int = 0
     unchanged: int = 0
+    #: Memory rows among the lines (each at or below the taint).
+    memories: int = 0
     dry_run: bool = False
 
     def as_dict(self) -> dict[str, Any]:
@@ -75,6 +80,7 @@ class ImportResult:
             "new": self.new,
             "replaced": self.replaced,
             "unchanged": self.unchanged,
+            "memories": self.memories,
             "written": 0 if self.dry_run else self.new + self.replaced,
             "dry_run": self.dry_run,
         }
@@ -202,15 +208,74 @@ def _import_item(document: Any, where: str) -> tuple[str, str]:
                 '(or {"$bytes": <base64>, "type": "text"|"blob"} for one that is not '
                 "UTF-8 text)"
             ) from None
-    refuse_memory_key(found["key"], f"{where}: ")
     return found["key"], found["value"]
 
 
+def row_level(key: str, value: str) -> Level:
+    """The level a memory row is imported at, failing closed: the highest of the level
+    in its key (RESTRICTED when it cannot be read there) and the one its record states
+    (RESTRICTED when that is no level name)."""
+    # lazy: backup.partial (+namespaces) only for an import that holds memory rows
+    from triggerfish_cli.backup.partial import level_of
+
+    level = naming_level(key)
+    states, stated = level_of(value)
+    if states:
+        level = max(level, stated if stated is not None else Level.RESTRICTED)
+    return level
+
+
+@dataclass
+class CheckedImport:
+    """An import read and checked whole (:func:`check_import`), nothing written yet."""
+
+    items: dict[str, str]
+    origin: str
+    taint: Level
+    #: Memory rows among the items (each at or below the taint).
+    memories: int
+
+
+def check_import(items: dict[str, str], taint: Level, origin: str) -> CheckedImport:
+    """Refuse (exit 4, before anything is written or made) memory rows above ``taint``."""
+    memories = 0
+    above: list[str] = []
+    for key, value in items.items():
+        if not (isinstance(key, str) and key.startswith(MEMORY_PREFIX)):
+            continue
+        memories += 1
+        if row_level(key, value) > taint:
+            above.append(key)
+    if above:
+        more = f" and {len(above) - 5} more" if len(above) > 5 else ""
+        raise RefusedError(
+            f"{origin}: {len(above)} memory row(s) above the taint {taint.name}: "
+            f"{', '.join(above[:5])}{more}; nothing was written",
+            hint="import at the level of the export (--taint RESTRICTED for a whole store), "
+            "or export at this taint (kv export --taint LEVEL)",
+        )
+    return CheckedImport(items, origin, taint, memories)
+
+
 def import_items(
-    provider: StorageProvider, items: dict[str, str], *, dry_run: bool, origin: str
+    provider: StorageProvider | None,
+    checked: CheckedImport,
+    *,
+    dry_run: bool,
+    fresh: bool = False,
 ) -> ImportResult:
-    result = ImportResult(lines=len(items), dry_run=dry_run)
-    existing = provider.get_many(items)
+    """Write the items that differ from the store, with the memory search index kept
+    in step (None: a store still to be made, for a dry run: every item is new).
+
+    ``fresh``: the store was made for this import (``--create``): every row is
+    loaded in batches and the index is built from them at the end. Else each
+    memory row is written with its index rows in one transaction, as
+    ``memory save`` writes, after the merge checks of a store that may hold
+    memories (no write-down: ``memory.records.refuse_write_down``).
+    """
+    items = checked.items
+    result = ImportResult(lines=len(items), memories=checked.memories, dry_run=dry_run)
+    existing = provider.get_many(items) if provider is not None else {}
     changed: list[tuple[str, str]] = []
     for key, value in items.items():
         old = existing.get(key)
@@ -222,12 +287,47 @@ def import_items(
         else:
             result.replaced += 1
         changed.append((key, value))
-    if not dry_run and changed:
-        provider.set_many(changed)
+    if provider is None:
+        return result
+    if not fresh:
+        # lazy: memory.records (+7 modules) only for an import into a store with data
+        from triggerfish_cli.memory.records import refuse_write_down
+
+        memory_rows = ((k, v) for k, v in changed if _indexed(k, v))
+        refuse_write_down(memory_rows, provider, checked.origin)
+    if dry_run:
+        return result
+    _write(provider, changed, fresh)
+    if changed:
         audit.record(
             provider,
             "kv_import",
-            target=origin,
-            counts={"new": result.new, "replaced": result.replaced, "unchanged": result.unchanged},
+            target=checked.origin,
+            counts={
+                "new": result.new,
+                "replaced": result.replaced,
+                "unchanged": result.unchanged,
+                "memories": result.memories,
+            },
+            details={"taint": checked.taint.name, "created": fresh},
         )
     return result
+
+
+def _indexed(key: str, value: str) -> bool:
+    """A memory row the index holds (a text key naming agent, level and key)."""
+    return cells.is_plain(key) and cells.is_plain(value) and split_key(key) is not None
+
+
+def _write(provider: StorageProvider, rows: list[tuple[str, str]], fresh: bool) -> None:
+    """The rows in batches, then the index rows of the memories among them."""
+    # lazy: memory.indexes (+the backend table's index) only for an import that writes
+    from triggerfish_cli.memory.indexes import index_for
+    from triggerfish_cli.memory.keys import visible_levels
+
+    provider.set_many(rows)
+    index = index_for(provider)
+    if fresh:  # makes the tables and indexes every row
+        index.repair(visible_levels(Level.RESTRICTED))
+    else:
+        index.reindex([key for key, value in rows if _indexed(key, value)])

@@ -26,6 +26,12 @@ gets the scan index, which reads every memory and gives the same results.
     the index in step: a live record is indexed, anything else unindexed.
     Atomic where the backend can (one transaction on SQLite).
 
+``reindex(storage_keys)``
+    Bring the index rows of these storage keys in step with kv as it is now
+    (after a bulk write of their kv rows: ``kv import``), in short
+    transactions; returns the count of keys looked at. A store without index
+    tables is left without them, as ``write`` leaves it.
+
 ``hard_delete(items)``
     Delete each ``(storage_key, value)`` whose value is still ``value``, and
     its index rows, in short transactions; returns the count deleted.
@@ -164,6 +170,8 @@ class MemoryIndex(Protocol):
     def hard_delete(
         self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
     ) -> int: ...
+
+    def reindex(self, storage_keys: Sequence[str]) -> int: ...
 
     def check(self, levels: Sequence[Level], *, agent: str | None = None) -> Drift: ...
 

@@ -37,7 +37,7 @@ import contextlib
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -166,6 +166,8 @@ class SweepResult:
     taint: Level | None = None
     #: With a taint that hides memory rows: the ``memory:`` figures of those it may name.
     seen_memory: NamespaceResult | None = None
+    #: ``--namespace``: the namespaces the sweep was limited to; None: every one.
+    only: list[str] | None = None
 
     def tallies(self, prefix: str) -> list[NamespaceResult]:
         """What counts a namespace's outcome: its figures, and the part a reader may see."""
@@ -276,8 +278,12 @@ def apply_plan(
     pacing: Pacing | None = None,
     on_progress: ProgressFn | None = None,
     taint: Level | None = None,
+    only: Collection[str] | None = None,
 ) -> SweepResult:
     """Apply ``plan`` (see the module docstring) and write one audit record.
+
+    ``only``: the namespaces the plan was limited to (``--namespace``), said in the
+    audit record (such a sweep is not the "last successful sweep" of ``status``).
 
     ``taint``: whose eyes the result is also counted for (``as_dict(shown=True)``, the
     message when interrupted): the memory rows above it are deleted as the plan says,
@@ -289,6 +295,7 @@ def apply_plan(
         utc_now(),
         [_planned(ns_plan) for ns_plan in plan.namespaces.values() if not ns_plan.policy.held],
         taint=taint,
+        only=sorted(only) if only is not None else None,
     )
     seen = seen_at(plan, taint).namespaces.get(MEMORY_PREFIX)
     if hides(plan, taint) and seen is not None and not seen.policy.held:
@@ -375,6 +382,7 @@ def _finish(provider: StorageProvider, result: SweepResult, *, quiet: bool = Fal
     details: dict[str, Any] = {
         "as_of": to_iso(result.as_of),
         "interrupted": result.interrupted,
+        **({"only": result.only} if result.only is not None else {}),
         "namespaces": {
             entry.namespace: {
                 name: value

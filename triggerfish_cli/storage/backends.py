@@ -209,13 +209,18 @@ def _open_s3(config: StorageConfig, create: bool) -> StorageProvider:
 
 
 def s3_destination(
-    url: str, *, endpoint_url: str | None, sse: tuple[str | None, str | None]
+    url: str,
+    *,
+    endpoint_url: str | None,
+    sse: tuple[str | None, str | None],
+    reading: bool = False,
 ) -> Destination:
-    """The backup destination at ``s3://bucket/prefix`` (its module imports boto3)."""
+    """The backup destination at ``s3://bucket/prefix`` (its module imports boto3);
+    ``reading``: a missing bucket is not found (exit 3), not unavailable (exit 7)."""
     # lazy: a backend loads only when chosen (s3.destination: +18 modules)
     from triggerfish_cli.storage.s3.destination import S3Destination
 
-    return S3Destination.from_url(url, endpoint_url=endpoint_url, sse=sse)
+    return S3Destination.from_url(url, endpoint_url=endpoint_url, sse=sse, reading=reading)
 
 
 # -- settings --------------------------------------------------------------------------

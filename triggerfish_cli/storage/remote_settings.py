@@ -4,6 +4,9 @@ Kept apart from the backends so that checking a config file (``config
 validate``, ``migrate --to minio.yaml``) never imports psycopg or boto3,
 and works where they are not installed.
 
+Store addresses (:func:`parse_address`): the ``postgresql://`` and ``s3://``
+URLs that ``--db``/``TRIGGERFISH_DB`` and ``migrate --from/--to`` take.
+
 Secrets never go in triggerfish.yaml or on the command line: a DSN with a
 password, a ``password:`` setting, or AWS credentials in the section are
 refused (exit 4) with where they belong instead.
@@ -17,7 +20,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from triggerfish_cli.errors import InvalidDataError, RefusedError
+from triggerfish_cli.errors import InvalidDataError, RefusedError, UsageError
 from triggerfish_cli.settings import StorageConfig, check_keys, positive_int
 
 DEFAULT_SCHEMA = "triggerfish"
@@ -248,3 +251,72 @@ def parse_s3_url(url: str) -> dict[str, Any]:
         "bucket": check_bucket(parts.netloc, url),
         "prefix": normalize_prefix(parts.path.lstrip("/"), url),
     }
+
+
+# -- store addresses ---------------------------------------------------------------
+
+#: The schemes of store addresses, and the backend each names.
+SCHEMES = {"postgresql": "postgres", "postgres": "postgres", "s3": "s3"}
+ADDRESS_HINT = "give a SQLite path, postgresql://HOST/DB?schema=NAME or s3://BUCKET/PREFIX"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+
+
+def parse_address(
+    spec: str, where: str, *, endpoint_url: str | None = None
+) -> StorageConfig | None:
+    """A ``postgresql://`` or ``s3://`` address -> its store; None when ``spec`` is none.
+
+    ``where`` names the option (``--to``, ``--db``, ``TRIGGERFISH_DB``) in
+    messages and ``chosen_by``. A path with a colon (``./a:b.db``, ``a:b``)
+    is no address; ``name://...`` with an unknown name, and a known scheme
+    without its ``//`` (``s3:bucket``), are exit 2, as is a malformed
+    address. A password or credentials in it are refused (exit 4) before any
+    message could repeat them.
+    """
+    match = _SCHEME.match(spec)
+    if match is None:
+        return None
+    scheme, rest = match.group(1).lower(), spec[match.end() :]
+    if scheme not in SCHEMES:
+        if rest.startswith("//"):
+            raise UsageError(f"{where}: unknown kind of store {scheme}://", hint=ADDRESS_HINT)
+        return None
+    if not rest.startswith("//"):
+        raise UsageError(
+            f"{where}: {scheme}: must be followed by // ({scheme}://...)",
+            hint=f"{ADDRESS_HINT}; a SQLite file of that name: ./{scheme}:...",
+        )
+    backend = SCHEMES[scheme]
+    try:
+        if backend == "postgres":
+            options = _postgres_address(spec, where)
+        else:
+            options = _s3_address(spec, where)
+    except InvalidDataError as exc:
+        raise UsageError(f"{where}: {exc.message}", hint=exc.hint or ADDRESS_HINT) from None
+    if backend == "s3" and endpoint_url is not None:
+        options["endpoint_url"] = check_endpoint(endpoint_url, "--endpoint-url")
+    return StorageConfig(backend, options=options, source=where, chosen_by=f"from {where}")
+
+
+def _postgres_address(spec: str, where: str) -> dict[str, Any]:
+    check_dsn(spec, where)  # first: nothing below may echo a password
+    parts = urlsplit(spec)
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise InvalidDataError(f"not a port number in {parts.netloc!r}") from None
+    dsn, schema = split_postgres_url(spec)
+    options: dict[str, Any] = {"dsn": dsn}
+    if schema is not None:
+        options["schema"] = check_schema(schema, "schema")
+    return options
+
+
+def _s3_address(spec: str, where: str) -> dict[str, Any]:
+    parts = urlsplit(spec)
+    if "@" in parts.netloc:
+        raise RefusedError(f"{where}: credentials never go in the address", hint=CREDENTIALS_HINT)
+    if parts.query or parts.fragment:
+        raise InvalidDataError("an s3:// address takes no ?query or #fragment")
+    return parse_s3_url(spec)

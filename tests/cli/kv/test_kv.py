@@ -404,6 +404,7 @@ def test_import_counts_and_dry_run(cli: CliFn, store: StoreHandle, tmp_path: Pat
         "new": 1,
         "replaced": 1,
         "unchanged": 1,
+        "memories": 0,
         "written": 0,
         "dry_run": True,
     }
@@ -468,7 +469,8 @@ def test_import_reads_tsv_and_a_csv_with_a_byte_order_mark(cli: CliFn, store: St
             'item 2: expected an object with a string "key"',
         ),
         ('[{"key": "k1", "value": "1"}', "not valid JSON"),
-        ("key,value\nmemory:PUBLIC:x,1\n", "row 1"),
+        # a memory key without a level is RESTRICTED's: above the default taint
+        ("key,value\nmemory:PUBLIC:x,1\n", "above the taint PUBLIC: memory:PUBLIC:x"),
     ],
 )
 def test_a_bad_csv_or_json_import_imports_nothing_and_names_the_row(

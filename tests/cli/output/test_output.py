@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import re
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -39,13 +40,15 @@ def table(
     options: TableOptions | None = None,
     footer: dict[str, Any] | None = None,
     monkeypatch: pytest.MonkeyPatch | None = None,
+    stderr: io.StringIO | None = None,
+    gives_way: tuple[str, ...] = (),
 ) -> str:
     stream: io.StringIO = Terminal() if width else io.StringIO()
     if width:
         assert monkeypatch is not None
         monkeypatch.setenv("COLUMNS", str(width))
-    out = Output("table", color=False, table=options, stdout=stream)
-    out.rows(rows, columns, footer=footer)
+    out = Output("table", color=False, table=options, stdout=stream, stderr=stderr)
+    out.rows(rows, columns, footer=footer, gives_way=gives_way)
     return stream.getvalue()
 
 
@@ -118,8 +121,83 @@ def test_then_whole_columns_from_the_right(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_identifiers_wider_than_the_terminal_run_over(monkeypatch: pytest.MonkeyPatch) -> None:
     long_key = "lineage-session:" + "x" * 80
-    text = table([{"key": long_key, "bytes": 3}], COLUMNS[:2], width=50, monkeypatch=monkeypatch)
-    assert text.splitlines()[1].split() == [long_key, "3"]  # whole, nothing dropped
+    data = [{"key": long_key, "bytes": 3}, {"key": "short", "bytes": 4}]
+    errors = io.StringIO()
+    text = table(data, COLUMNS[:2], width=50, monkeypatch=monkeypatch, stderr=errors)
+    assert text.splitlines() == ["key", long_key, "short"]  # whole; the rest gave way
+    assert errors.getvalue() == "hidden to fit: bytes (-w shows them)\n"
+
+
+ESSENTIAL = [
+    Column("key", "key", essential=True),
+    Column("bytes", "bytes", "right"),
+    Column("level", "level"),
+    text_column("note", "note", essential=True),
+]
+
+
+def test_essential_columns_never_give_way(monkeypatch: pytest.MonkeyPatch) -> None:
+    errors = io.StringIO()
+    text = table(rows(3), ESSENTIAL, width=44, monkeypatch=monkeypatch, stderr=errors)
+    lines = text.splitlines()
+    assert lines[0].split() == ["key", "note"]  # the note cut to 12, never left out
+    assert all(len(line) <= 44 and line.endswith("…") for line in lines[1:])
+    assert errors.getvalue() == "hidden to fit: bytes, level (-w shows them)\n"
+    # a table names the order its other columns give way in
+    named = table(rows(3), ESSENTIAL, width=53, monkeypatch=monkeypatch, gives_way=("bytes",))
+    assert named.splitlines()[0].split() == ["key", "level", "note"]
+    # nothing hidden: no note; off a terminal nothing is ever hidden
+    quiet = io.StringIO()
+    table(rows(3), ESSENTIAL, width=200, monkeypatch=monkeypatch, stderr=quiet)
+    piped = io.StringIO()
+    assert table(rows(3), ESSENTIAL, stderr=piped).splitlines()[0].split() == [
+        "key",
+        "bytes",
+        "level",
+        "note",
+    ]
+    assert quiet.getvalue() == piped.getvalue() == ""
+
+
+def _edges(line: str) -> list[int]:
+    """Where each cell of a ``key bytes level note`` line is aligned: key, level and
+    note by their start, bytes (a number, right-aligned) by its end."""
+    spans = [match.span() for match in re.finditer(r"\S+", line)]
+    return [spans[0][0], spans[1][1], spans[2][0], spans[3][0]]
+
+
+def test_columns_stay_put_on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = [
+        {"key": f"key-{n:06d}", "bytes": n, "level": "PUBLIC", "note": "short"}
+        for n in range(FIRST_PAGE)
+    ]
+    later = [
+        {"key": "k" * 20, "bytes": 7, "level": "CONFIDENTIAL", "note": "a longer note here"},
+        {"key": "k999", "bytes": 123456789, "level": "PUBLIC", "note": "n"},
+    ]
+    errors = io.StringIO()
+    text = table([*first, *later], ESSENTIAL, width=60, monkeypatch=monkeypatch, stderr=errors)
+    lines = text.splitlines()
+    edges = _edges(lines[0])
+    for line in lines[1 : FIRST_PAGE + 1]:
+        assert _edges(line) == edges
+    # the key column was given room (its width again): a longer key still fits
+    assert lines[-3].startswith("k" * 20) and _edges(lines[-3]) == edges
+    # a later value wider than its column is cut, unless a number or essential
+    assert lines[-3][edges[2] :].split()[0] == "CONFI…"
+    # those end their line; the rest of the row goes on below, in its columns
+    assert lines[-2].split() == ["k999", "123456789"]
+    assert lines[-1].lstrip() == "PUBLIC  n" and lines[-1].index("PUBLIC") == edges[2]
+    assert len(lines) == FIRST_PAGE + 4 and errors.getvalue() == ""
+
+
+def test_a_value_wider_than_its_column_ends_its_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    first = [{"key": f"k{n:03d}", "bytes": n} for n in range(FIRST_PAGE)]
+    long_key = "lineage-session:" + "x" * 30
+    data = [*first, {"key": long_key, "bytes": 5}]
+    lines = table(data, ESSENTIAL[:2], width=30, monkeypatch=monkeypatch).splitlines()
+    assert lines[-2] == long_key  # whole, never cut
+    assert lines[-1] == " " * (len(lines[1]) - 1) + "5"  # the bytes where they were
 
 
 def test_rows_are_written_as_they_come() -> None:
@@ -186,3 +264,20 @@ def test_csv_cells() -> None:
     stream = io.StringIO()
     Output("csv", stdout=stream).rows([{"k": "x", "held": False, "tags": ["a"]}], [])
     assert stream.getvalue() == 'k,held,tags\nx,false,"[""a""]"\n'
+
+
+def test_a_long_last_column_runs_over_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    columns = [Column("key", "key", essential=True), Column("value", "value", essential=True)]
+    data = [{"key": "sessions:abc", "value": "v" * 100}, {"key": "k", "value": "short"}]
+    lines = table(data, columns, width=40, monkeypatch=monkeypatch).splitlines()
+    start = lines[0].index("value")
+    assert start == len("sessions:abc") + 2  # the key column is not squeezed for it
+    assert lines[1] == "sessions:abc  " + "v" * 100 and lines[2] == "k" + " " * 13 + "short"
+
+
+def test_a_table_of_one_page_gets_no_extra_room(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = [{"key": f"k{n:03d}", "bytes": n} for n in range(FIRST_PAGE)]
+    one_page = table(data, ESSENTIAL[:2], width=80, monkeypatch=monkeypatch).splitlines()
+    assert one_page[0] == "key   bytes"  # exactly as wide as it needs
+    longer = table([*data, *data], ESSENTIAL[:2], width=80, monkeypatch=monkeypatch)
+    assert longer.splitlines()[0] == "key" + " " * 7 + "bytes"  # the key's width again

@@ -83,7 +83,11 @@ def create_cmd(
     label: Annotated[
         str | None,
         typer.Option(
-            "--label", metavar="TEXT", help="A label kept in the manifest.", show_default=False
+            "--label",
+            metavar="TEXT",
+            help="A label kept in the manifest (in clear, also in an encrypted backup: "
+            "backup list shows it).",
+            show_default=False,
         ),
     ] = None,
     recipient: Annotated[

@@ -16,9 +16,9 @@ from triggerfish_cli.cli.backup.options import (
     IdentityOpt,
     ScratchOpt,
     identities,
-    pick,
     this_store,
 )
+from triggerfish_cli.cli.backup.selection import pick
 from triggerfish_cli.cli.context import AppState
 from triggerfish_cli.cli.kv.common import RawTaintOpt
 from triggerfish_cli.cli.options import (
@@ -126,10 +126,10 @@ def _diff_lines(out: Output, found: Diff, document: dict[str, Any]) -> None:
         out.line(f"memory rows above {found.taint.name} left out (--taint)")
     rows = [{"namespace": name, **counts} for name, counts in document["namespaces"].items()]
     columns = [
-        Column("namespace", "namespace"),
-        Column("added", "added", "right"),
-        Column("removed", "removed", "right"),
-        Column("changed", "changed", "right"),
+        Column("namespace", "namespace", essential=True),
+        Column("added", "added", "right", essential=True),
+        Column("removed", "removed", "right", essential=True),
+        Column("changed", "changed", "right", essential=True),
     ]
     if rows:
         out.rows(rows, columns)
@@ -139,6 +139,11 @@ def _diff_lines(out: Output, found: Diff, document: dict[str, Any]) -> None:
         f"{verdict}: {totals['added']} added, {totals['removed']} removed, "
         f"{totals['changed']} changed"
     )
+    if found.own_audit:
+        out.line(
+            f"left out: {found.own_audit} audit record(s) of triggerfish-admin's own actions "
+            "(audit:*:admin_*)"
+        )
     if found.keys is not None:
         listed = sorted((key, kind) for kind, keys in found.keys.items() for key in keys)
         for key, kind in listed:
@@ -200,7 +205,9 @@ def diff_cmd(
     --format json gives {"from", "to", "identical", "namespaces": {NS: {"added",
     "removed", "changed"}}, "totals"} and with --keys "keys": {"added": [...], ...}.
     With --taint, memory rows above it are left out (neither counted nor named).
-    An encrypted backup needs --identity.
+    An encrypted backup needs --identity. The tool's own audit records
+    (audit:*:admin_*, such as the one backup create writes after its
+    snapshot) are left out, only counted (own_audit_left_out).
     """
     st, out = begin(ctx, fmt, quiet)
     differ = run_diff(

@@ -20,16 +20,17 @@ from triggerfish_cli.serialization import now_iso
 def keygen_cmd(
     ctx: typer.Context,
     output: Annotated[
-        Path,
+        Path | None,
         typer.Option(
             "--output",
             "-o",
             metavar="FILE",
-            help="Where to write the new identity (created 0600; an existing file is "
-            "never overwritten).",
+            help="Where to write the new identity (created 0600, its missing directories "
+            "0700; an existing file is never overwritten). Without it the identity goes to "
+            "stdout and the public key to stderr, as age-keygen does.",
             show_default=False,
         ),
-    ],
+    ] = None,
     fmt: FormatOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -40,9 +41,14 @@ def keygen_cmd(
     --recipient and backup: recipients take: backing up needs only it.
     """
     # lazy: backup.crypt adds 5 modules (hashlib) to `backup --help`
-    from triggerfish_cli.backup.crypt import keygen
+    from triggerfish_cli.backup.crypt import keygen, new_identity
 
     _, out = begin(ctx, fmt, quiet)
+    if output is None:
+        public, text = new_identity(created=now_iso())
+        out.stderr.write(f"Public key: {public}\n")
+        out.result({"public_key": public, "identity": text}, lambda: out.write(text), always=True)
+        return
     public = keygen(output.expanduser(), created=now_iso())
 
     def show() -> None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from triggerfish_cli.errors import NotFoundError, UsageError
+from triggerfish_cli.errors import UsageError
 from triggerfish_cli.storage.backends import has_sse_settings
 
 if TYPE_CHECKING:
@@ -39,7 +39,8 @@ FromOpt = Annotated[
     typer.Option(
         "--from",
         metavar="DIR|s3://BUCKET/PREFIX",
-        help="Where the backups are (default: <base>/backups/store/).",
+        help="Where the backups are (default: <base>/backups/store/); a directory or "
+        "bucket that does not exist is exit 3.",
         show_default=False,
     ),
 ]
@@ -158,11 +159,14 @@ def destination(
     create: bool = False,
     sse: tuple[str | None, str | None] = (None, None),
 ) -> Destination:
-    """A backup directory or S3 prefix; None: the default directory."""
+    """A backup directory or S3 prefix; None: the default directory. One named to read
+    from (not ``create``) must exist (exit 3)."""
     # lazy: backup.destinations adds 17 modules to `backup --help`
     from triggerfish_cli.backup.destinations import open_destination
 
-    return open_destination(spec, endpoint_url=endpoint_url, create=create, sse=sse)
+    return open_destination(
+        spec, endpoint_url=endpoint_url, create=create, sse=sse, must_exist=not create
+    )
 
 
 def this_store(st: AppState) -> StoreRef:
@@ -205,43 +209,3 @@ def by_store(entries: list[Entry]) -> list[Entry]:
         group = [by_manifest[id(manifest)] for manifest in manifests]
         ordered.extend(sorted(group, key=lambda entry: (entry.created, entry.name)))
     return ordered
-
-
-def none_of(store: StoreRef, dest: Destination, entries: list[Entry]) -> NotFoundError:
-    others = len([e for e in entries if e.manifest is not None])
-    hint = f"{others} backup(s) of other stores there: --all-stores to see them" if others else None
-    return NotFoundError(f"{dest.describe()}: no backups of {store.describe()}", hint=hint)
-
-
-def pick(
-    file: str | None,
-    latest: bool,
-    source: str | None,
-    endpoint_url: str | None,
-    store: StoreRef | None = None,
-    sse: tuple[str | None, str | None] = (None, None),
-) -> tuple[Destination, str]:
-    """The destination and archive name a FILE or --latest (of ``store``) designates."""
-    # lazy: backup.dest adds 16 modules to `backup --help`
-    from triggerfish_cli.backup.dest import LocalDestination
-
-    if file and latest:
-        raise UsageError("give a FILE or --latest, not both")
-    if file:
-        path = Path(file).expanduser()
-        if source is None and ("/" in file or path.exists()):
-            if not path.is_file():
-                raise NotFoundError(f"{file}: no such backup file")
-            return LocalDestination(path.parent), path.name
-        return destination(source, endpoint_url, sse=sse), file
-    if not latest:
-        raise UsageError("which backup? give a FILE or --latest")
-    dest = destination(source, endpoint_url, sse=sse)
-    listed = dest.entries()
-    entries = [entry for entry in of_store(listed, store) if entry.manifest is not None]
-    if not entries:
-        if store is not None:
-            raise none_of(store, dest, listed)
-        raise NotFoundError(f"{dest.describe()}: no backups")
-    newest = max(entries, key=lambda entry: (entry.created, entry.name))
-    return dest, newest.name

@@ -29,14 +29,14 @@ def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
     columns = [
         Column("created", "created"),
         Column("store", "store"),
-        Column("name", "name"),
+        Column("name", "name", essential=True),
         Column("kind", "kind"),
         Column("size", "size", "right", render=human_bytes),
         Column("keys", "keys", "right"),
         text_column("label", "label"),
         Column("verified", "verified"),
         Column("max_taint", "partial", render=_partial),
-        text_column("error", "error"),
+        text_column("error", "error", essential=True),
     ]
     out.result_rows(
         (entry.as_dict() for entry in entries),
@@ -45,6 +45,7 @@ def show_entries(out: Output, entries: Sequence[Entry], where: str) -> None:
             (_with_store(entry.as_dict(), entry) for entry in entries),
             columns,
             empty=f"no backups in {where}",
+            gives_way=("label", "max_taint", "keys", "size", "kind", "store", "created"),
         ),
         always=True,
     )
@@ -85,7 +86,7 @@ def _verified_lines(out: Output, results: Sequence[Verified]) -> None:
         if result.sealed and result.ok:
             out.line(
                 "  contents not checked: it is encrypted and no --identity was given "
-                "(nothing recorded for backup list)"
+                "(recorded as keyless for backup list and status --check)"
             )
 
 
@@ -102,12 +103,13 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
             [
                 Column("created", "created"),
                 Column("store", "store"),
-                Column("name", "name"),
+                Column("name", "name", essential=True),
                 Column("verified", "verified"),
-                Column("action", "action"),
-                text_column("reasons", "kept by"),
+                Column("action", "action", essential=True),
+                text_column("reasons", "kept by", essential=True),
             ],
             empty="no backups",
+            gives_way=("store", "created", "verified"),
         )
         if not out.quiet:
             verb = "would delete" if dry_run else "deleted"
@@ -117,7 +119,18 @@ def show_plan(out: Output, plan: PrunePlan, *, dry_run: bool) -> None:
 
 
 def show_restore(out: Output, document: dict[str, Any]) -> None:
-    out.result(document, lambda: _restore_lines(out, document))
+    lines = _undo_lines if "put_back" in document else _restore_lines
+    out.result(document, lambda: lines(out, document))
+
+
+def _undo_lines(out: Output, document: dict[str, Any]) -> None:
+    """``--undo``: which file is put back, and what the store it replaces is kept as."""
+    dry_run = document.get("dry_run")
+    verb = "would put" if dry_run else "put"
+    out.line(f"{verb} back {document['put_back']} as {document['target']}")
+    if document.get("kept"):
+        kept = "would be kept" if dry_run else "is kept"
+        out.line(f"the current store {kept} as {document['kept']}")
 
 
 def _restore_lines(out: Output, document: dict[str, Any]) -> None:

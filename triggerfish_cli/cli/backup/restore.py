@@ -14,8 +14,8 @@ from triggerfish_cli.cli.backup.options import (
     IdentityOpt,
     LatestOpt,
     identities,
-    pick,
 )
+from triggerfish_cli.cli.backup.selection import pick
 from triggerfish_cli.cli.options import (
     DryRunOpt,
     FormatOpt,
@@ -97,15 +97,18 @@ def restore_cmd(
 ) -> None:
     """Verify a backup, restore it into a scratch file, check it, swap it in atomically.
 
-    --latest is the newest backup of the target store; a backup of another
-    store is refused (exit 4) over a store that holds keys, unless
-    --other-store. The backup used is named, in the dry run too. The
-    replaced store is kept as <db>.pre-restore-<time>; --undo puts it
-    back. Refused (exit 6) while another process has the store open, unless
-    --force. A logical backup (or a non-SQLite store) loads key by key:
-    into an empty store, or with --replace (all or nothing) or --merge.
-    A failed restore leaves the store as it was. An encrypted backup needs
-    --identity (exit 2 without; exit 4 when it opens none of its recipients).
+    --latest is the newest backup of the target store; into a new or empty
+    --to file, the newest of the store of --db/--config (a look at it in a
+    scratch file). A backup of another store is refused (exit 4) over a
+    store that holds keys, unless --other-store. The backup used is named,
+    in the dry run too. The replaced store is kept as
+    <db>.pre-restore-<time>; --undo puts it back (and keeps the store it
+    replaces as <db>.undone-<time>). Refused (exit 6) while another process has the
+    store open, unless --force. A logical backup (or a non-SQLite store)
+    loads key by key: into an empty store, or with --replace (all or
+    nothing) or --merge. A failed restore leaves the store as it was. An
+    encrypted backup needs --identity (exit 2 without; exit 4 when it opens
+    none of its recipients).
 
     --include PREFIX (repeatable) restores only the keys under those prefixes,
     key by key: a store holding none of them takes them as they are; else
@@ -117,7 +120,12 @@ def restore_cmd(
     # lazy: backup.include, backup.restore and restore_run add 41 modules to `backup --help`
     from triggerfish_cli.backup.include import normalize
     from triggerfish_cli.backup.restore import RestoreOptions, restore_target
-    from triggerfish_cli.cli.backup.restore_run import run_restore, run_undo, target_store
+    from triggerfish_cli.cli.backup.restore_run import (
+        latest_of,
+        run_restore,
+        run_undo,
+        target_store,
+    )
 
     st, out = begin(ctx, fmt, quiet)
     prefixes = normalize(include) if include else ()
@@ -133,7 +141,11 @@ def restore_cmd(
         return
     target = restore_target(to, st.storage_config)
     store = target_store(st, target)
-    dest, name = pick(file, latest, source, endpoint_url, store)
+    newest_of = latest_of(st, store, to)
+    why = None
+    if newest_of is not store:
+        why = "into a new or empty --to, --latest is the newest backup of --db/--config's store"
+    dest, name = pick(file, latest, source, endpoint_url, newest_of, why=why)
     run_restore(
         st,
         out,

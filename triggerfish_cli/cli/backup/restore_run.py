@@ -32,6 +32,14 @@ def target_store(st: AppState, target: Path | None) -> StoreRef:
     return this_store(st) if target is None else restore.target_store(target)
 
 
+def latest_of(st: AppState, target: StoreRef, to: str | None) -> StoreRef:
+    """The store whose newest backup --latest means: the target's own; with a new or
+    empty --to, the store of --db/--config (restoring it into a scratch file)."""
+    if to is not None and target.empty:
+        return this_store(st)
+    return target
+
+
 def run_restore(
     st: AppState,
     out: Output,

@@ -19,13 +19,12 @@ from triggerfish_cli.cli.backup.options import (
     by_store,
     destination,
     identities,
-    none_of,
     of_store,
-    pick,
     sse_of,
     this_store,
 )
 from triggerfish_cli.cli.backup.output import show_verified
+from triggerfish_cli.cli.backup.selection import none_of, pick
 from triggerfish_cli.cli.metrics import MetricsOpt
 from triggerfish_cli.cli.options import (
     FormatOpt,
@@ -62,7 +61,8 @@ def verify_cmd(
     An encrypted backup is checked fully with --identity (a key that opens
     none of it: exit 4); without one, only what is outside the encryption
     (sizes, sha256 of the encrypted bytes), and it says the contents were
-    not checked (exit 0; nothing recorded for backup list).
+    not checked (exit 0; recorded as verified keyless, which never replaces
+    the verdict of a verify with the key, made here or on another host).
     """
     # lazy: backup.verify adds 27 modules to `backup --help`
     from triggerfish_cli.backup.verify import check, verify_in

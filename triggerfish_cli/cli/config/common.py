@@ -102,7 +102,7 @@ def _open_provider(st: AppState, out: Output) -> StorageProvider:
         except TriggerfishError:
             raise InvalidDataError(
                 exc.message,
-                hint="its storage: section cannot be read; pass --db PATH or --backend "
+                hint="its storage: section cannot be read; pass --db PATH|URL or --backend "
                 "to name the store holding the versions",
             ) from None
         out.warn(f"{exc.message}; its storage: section names {provider.describe()}")

@@ -71,7 +71,11 @@ def import_cmd(
         ]
         out.rows(
             rows,
-            [Column("file", "file"), Column("created_at", "time"), text_column("result", "result")],
+            [
+                Column("file", "file", essential=True),
+                Column("created_at", "time"),
+                text_column("result", "result", essential=True),
+            ],
             empty=f"no gateway backups in {where}",
         )
         count = len(plan.to_import)

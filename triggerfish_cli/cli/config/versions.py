@@ -78,16 +78,17 @@ def history_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     out.rows(
         (v.row(v.number == current) for v in listing.versions),
         [
-            Column("version", "version", "right", lambda n: f"v{n}"),
+            Column("version", "version", "right", lambda n: f"v{n}", essential=True),
             Column("created_at", "created"),
             Column("user", "user"),
             Column("source", "source", render=lambda s: s or ""),
             Column("bytes", "size", "right", human_bytes),
             Column("redacted", "redacted", "right", lambda r: str(len(r)) if r else ""),
             Column("current", "on disk", render=lambda c: "<- now" if c else ""),
-            text_column("reason", "reason"),
+            text_column("reason", "reason", essential=True),
         ],
         empty="no config versions stored yet (run `config snapshot`)",
+        gives_way=("redacted", "bytes", "user", "source"),
     )
 
     def notes() -> None:

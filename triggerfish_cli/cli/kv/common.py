@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from triggerfish_cli.cli.options import sub_app
+from triggerfish_cli.cli.options import complete_key, sub_app
 
 app = sub_app(
     "kv",
@@ -16,7 +16,12 @@ app = sub_app(
 )
 
 Key = Annotated[
-    str, typer.Argument(help="The exact key, e.g. sessions:<uuid>.", show_default=False)
+    str,
+    typer.Argument(
+        help="The exact key, e.g. sessions:<uuid>.",
+        show_default=False,
+        autocompletion=complete_key,
+    ),
 ]
 
 

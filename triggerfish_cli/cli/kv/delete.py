@@ -7,7 +7,14 @@ from typing import Annotated
 import typer
 
 from triggerfish_cli.cli.kv.common import app, raw_reads
-from triggerfish_cli.cli.options import DryRunOpt, FormatOpt, QuietOpt, YesOpt, begin
+from triggerfish_cli.cli.options import (
+    DryRunOpt,
+    FormatOpt,
+    QuietOpt,
+    YesOpt,
+    begin,
+    complete_key,
+)
 from triggerfish_cli.errors import RefusedError, UsageError
 
 
@@ -15,7 +22,10 @@ from triggerfish_cli.errors import RefusedError, UsageError
 def delete_cmd(
     ctx: typer.Context,
     key: Annotated[
-        str | None, typer.Argument(help="The exact key to delete.", show_default=False)
+        str | None,
+        typer.Argument(
+            help="The exact key to delete.", show_default=False, autocompletion=complete_key
+        ),
     ] = None,
     prefix: Annotated[
         str | None,

@@ -43,8 +43,8 @@ def namespaces_cmd(
     level = taint_level(taint) if taint is not None else None
     rows = keys.namespace_report(st.provider(), ages=ages, taint=level)
     columns = [
-        Column("namespace", "namespace", render=_group_name),
-        Column("keys", "keys", "right"),
+        Column("namespace", "namespace", render=_group_name, essential=True),
+        Column("keys", "keys", "right", essential=True),
         Column("bytes", "size", "right", human_bytes),
     ]
     if ages:
@@ -127,7 +127,7 @@ def list_cmd(
             for key, value in islice(keys.raw_rows(provider.scan(prefix), reads), stop)
         )
         columns = [
-            Column("key", "key"),
+            Column("key", "key", essential=True),
             Column("bytes", "bytes", "right"),
             Column("namespace", "namespace", wide=True),
         ]

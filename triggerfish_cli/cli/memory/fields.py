@@ -21,6 +21,18 @@ def one_line(text: Any) -> str:
     return " ".join(str(text or "").split())
 
 
-def record_columns(*fields: tuple[str, str], agent: bool = False) -> list[Any]:
+def record_columns(
+    *fields: tuple[str, str], agent: bool = False, essential: tuple[str, ...] = ()
+) -> list[Any]:
+    """Columns for these ``(field, header)``s, the agent's first (``agent``); the
+    agent's and those in ``essential`` never left out to fit a terminal."""
     shown = ([("agent", "agent")] if agent else []) + list(fields)
-    return [Column(name, header, kind="text" if name == "tags" else "") for name, header in shown]
+    return [
+        Column(
+            name,
+            header,
+            kind="text" if name == "tags" else "",
+            essential=name == "agent" or name in essential,
+        )
+        for name, header in shown
+    ]

@@ -76,10 +76,11 @@ def search_cmd(
         ("tags", "tags"),
         ("updated_at", "updated"),
         agent=who is None,
+        essential=("key",),
     )
     columns += [
         Column("score", "score", "right", lambda s: f"{s:.3g}"),
-        replace(text_column("match", "match"), table_only=True),
+        replace(text_column("match", "match", essential=True), table_only=True),
         Column("storage_key", "storage key", wide=True),
     ]
     out.rows(rows, columns, empty="no memories match")

@@ -65,11 +65,11 @@ def list_cmd(
         st.provider(), taint=taint_level(taint), agent=who, tag=tag, limit=limit
     )
     columns = record_columns(
-        ("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None
+        ("key", "key"), ("level", "level"), ("tags", "tags"), agent=who is None, essential=("key",)
     )
     columns += [
         Column("updated_at", "updated"),
-        text_column("content", "content", render=one_line),
+        text_column("content", "content", render=one_line, essential=True),
         Column("storage_key", "storage key", wide=True),
     ]
     out.rows((r.as_dict() for r in listing.records), columns, empty="no memories visible")
@@ -153,10 +153,12 @@ def history_cmd(
     st, out = begin(ctx, fmt)
     who = resolve_agent(agent, all_agents)
     versions = memory.history(st.provider(), key, taint=taint_level(taint), agent=who)
-    columns = record_columns(("level", "level"), ("status", "status"), agent=who is None)
+    columns = record_columns(
+        ("level", "level"), ("status", "status"), agent=who is None, essential=("status",)
+    )
     columns += [
-        Column("updated_at", "updated"),
+        Column("updated_at", "updated", essential=True),
         text_column("tags", "tags"),
-        text_column("content", "content", render=one_line),
+        text_column("content", "content", render=one_line, essential=True),
     ]
     out.rows((v.as_dict() for v in versions), columns, empty=f"no version of {key!r} visible")

@@ -41,8 +41,10 @@ def stats_cmd(
     st, out = begin(ctx, fmt)
     result = memory.stats(st.provider(), taint=taint_level(taint), agent=agent)
     document = result.as_dict()
-    columns = [Column("agent", "agent"), Column("level", "level")] + [
-        Column(name, name, "right") for name in ("live", "deleted", "shadowed")
+    columns = [Column("agent", "agent", essential=True), Column("level", "level", essential=True)]
+    columns += [
+        Column(name, name, "right", essential=name == "live")
+        for name in ("live", "deleted", "shadowed")
     ]
 
     def show() -> None:

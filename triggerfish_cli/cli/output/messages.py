@@ -9,7 +9,10 @@ from typing import Any
 
 from triggerfish_cli.cli.output.base import Base
 from triggerfish_cli.cli.output.text import human_bytes, safe
-from triggerfish_cli.errors import RefusedError
+from triggerfish_cli.errors import NotConfirmedError, RefusedError
+
+#: What a declined prompt says (exit 4).
+NOT_CONFIRMED = "not confirmed; nothing changed"
 
 
 class Messages(Base):
@@ -32,7 +35,11 @@ class Messages(Base):
         if len(messages) > most:
             self.warn(f"... and {len(messages) - most} more like these")
 
-    def error(self, message: str) -> None:
+    def error(self, message: str, *, answer: bool = False) -> None:
+        """``error: message``; an ``answer`` (a declined prompt) without the prefix."""
+        if answer:
+            self.stderr.write(self._fold(self.stderr, safe(message, newlines=True)) + "\n")
+            return
         prefix = "error:"
         if self.color and self.stderr_is_tty:
             prefix = "\x1b[31merror:\x1b[0m"
@@ -52,19 +59,31 @@ class Messages(Base):
         if not self.stdin_is_tty:
             raise RefusedError(f"{what} needs confirmation", hint="pass --yes to run it unattended")
         self.stderr.write(f"{safe(question)} [y/N] ")
-        self.stderr.flush()
-        answer = sys.stdin.readline().strip().lower()
-        if answer not in ("y", "yes"):
-            raise RefusedError(f"{what} cancelled: not confirmed")
+        if self._answer().strip().lower() not in ("y", "yes"):
+            raise NotConfirmedError(NOT_CONFIRMED)
 
     def confirm_by_typing(self, question: str, expected: str, *, what: str) -> None:
         """Ask the operator to type ``expected`` exactly (for the most destructive paths)."""
         if not self.stdin_is_tty:
             return
         self.stderr.write(f"{safe(question)}\nType {safe(expected)} to confirm: ")
+        if self._answer().rstrip("\n") != expected:
+            raise NotConfirmedError(f"the text typed did not match: {NOT_CONFIRMED}")
+
+    def _answer(self) -> str:
+        """A line typed at the prompt just written. The next output starts on a line
+        of its own: after Ctrl-C (then exit 130) or Ctrl-D the cursor is still on the
+        prompt's line."""
         self.stderr.flush()
-        if sys.stdin.readline().rstrip("\n") != expected:
-            raise RefusedError(f"{what} cancelled: the text typed did not match")
+        try:
+            line = sys.stdin.readline()
+        except KeyboardInterrupt:
+            self.stderr.write("\n")
+            self.stderr.flush()
+            raise
+        if not line.endswith("\n"):
+            self.stderr.write("\n")
+        return line
 
     # -- progress -------------------------------------------------------------
 

@@ -60,8 +60,13 @@ class Results(Messages):
         *,
         footer: Mapping[str, Any] | None = None,
         empty: str | None = None,
+        gives_way: Sequence[str] = (),
     ) -> int:
-        """Write rows as they come, in every format. Returns the count."""
+        """Write rows as they come, in every format. Returns the count.
+
+        On a narrow terminal the table's columns not declared essential give way:
+        those named in ``gives_way`` first, in that order, then as the package's
+        docstring says; a note on stderr names them."""
         dropped = {column.field for column in columns if column.table_only}
         if dropped and self.fmt != "table":
             rows = ({k: v for k, v in row.items() if k not in dropped} for row in rows)
@@ -83,10 +88,16 @@ class Results(Messages):
             width=self.width(),
             bold=tty and self.color,
             footer=footer,
+            gives_way=gives_way,
+            note=self._hidden_note,
         ).write(rows)
         if not count and empty:
             self.info(empty)
         return count
+
+    def _hidden_note(self, headers: list[str]) -> None:
+        """One line naming the columns left out to fit the terminal."""
+        self.info(f"hidden to fit: {', '.join(headers)} (-w shows them)")
 
     def _json_rows(self, rows: Iterable[Mapping[str, Any]]) -> int:
         count = 0

@@ -3,14 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from itertools import islice
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, islice
 from typing import IO, Any
 
+from triggerfish_cli.cli.output.layout import arrange, fit_text, room
 from triggerfish_cli.cli.output.text import (
     FIRST_PAGE,
     GAP,
-    MIN_TEXT,
     PAGE,
     Column,
     TableOptions,
@@ -21,13 +21,17 @@ from triggerfish_cli.cli.output.text import (
     natural_widths,
     pad,
     safe,
-    total_width,
 )
 from triggerfish_cli.errors import UsageError
 
 
 class Table:
-    """Writes rows a page at a time; widths from the first page, growing after."""
+    """Writes rows a page at a time; the first page sets the columns and their widths.
+
+    On a terminal (``width`` given) they hold for the whole output, so every
+    column starts where it did in the first page; off one, widths grow to
+    later pages' cells, so nothing is ever cut.
+    """
 
     def __init__(
         self,
@@ -38,15 +42,22 @@ class Table:
         width: int | None,
         bold: bool,
         footer: Mapping[str, Any] | None,
+        gives_way: Sequence[str] = (),
+        note: Callable[[list[str]], object] | None = None,
     ) -> None:
         self.stream = stream
         self.options = options
+        self.frozen = width is not None
         self.limit = None if options.wide else width
         self.bold = bold
         self.candidates = list(columns)
         self.chosen = bool(options.columns)
         self.footer = footer
+        self.gives_way = tuple(gives_way)
+        self.note = note
+        self.hidden: list[str] = []
         self.shown: list[Column] = []
+        self.cuts: list[bool] = []
         self.widths: list[int] = []
         self.natural: list[int] = []
 
@@ -76,97 +87,31 @@ class Table:
 
     # -- widths ---------------------------------------------------------------
 
-    def _fit_text(self, columns: Sequence[Column], widths: list[int]) -> list[int]:
-        """Cut free-text columns (widest first, down to MIN_TEXT) until the table fits."""
-        if self.limit is None:
-            return widths
-        widths = list(widths)
-        excess = total_width(widths) - self.limit
-        while excess > 0:
-            texts = [
-                i
-                for i, c in enumerate(columns)
-                if c.is_text and widths[i] > max(MIN_TEXT, display_width(c.header))
-            ]
-            if not texts:
-                break
-            widest = max(texts, key=lambda i: widths[i])
-            floor = max(MIN_TEXT, display_width(columns[widest].header))
-            give = min(excess, widths[widest] - floor)
-            widths[widest] -= give
-            excess -= give
-        return widths
-
-    def _drop_order(self) -> list[int]:
-        """Which shown columns give way, first to last: free text from the right, then the rest.
-
-        The first column and ``keep`` columns never do.
-        """
-        droppable = [i for i, c in enumerate(self.shown) if i and not c.keep]
-        texts = [i for i in reversed(droppable) if self.shown[i].is_text]
-        return texts + [i for i in reversed(droppable) if not self.shown[i].is_text]
-
     def _arrange(self, natural: list[int]) -> tuple[list[int], list[int]]:
         """The shown columns to keep and their widths, for these natural widths."""
-
-        def fit(keep: list[int]) -> list[int]:
-            return self._fit_text([self.shown[i] for i in keep], [natural[i] for i in keep])
-
         keep = list(range(len(self.shown)))
-        widths = fit(keep)
-        if self.limit is None or self.chosen or total_width(widths) <= self.limit:
-            return keep, widths
-        order = self._drop_order()
-        # Leave columns out only when that can make the table fit: when the
-        # identifiers alone are wider than the terminal, the lines run over.
-        if total_width(fit([i for i in keep if i not in order])) > self.limit:
-            return keep, self._cap(keep, widths)
-        for index in order:
-            if total_width(widths) <= self.limit:
-                break
-            keep.remove(index)
-            widths = fit(keep)
-        return keep, self._cap(keep, widths)
+        if self.limit is None:
+            return keep, natural
+        if self.chosen:
+            return keep, fit_text(self.shown, natural, self.limit)
+        return arrange(self.shown, natural, self.limit, self.gives_way)
 
-    def _cap(self, keep: list[int], widths: list[int]) -> list[int]:
-        """Identifier columns too wide for the terminal are aligned to what fits.
-
-        A longer value is still printed whole (its row runs over); shorter
-        ones are not padded out past the terminal's edge.
-        """
-        assert self.limit is not None
-        widths = list(widths)
-        excess = total_width(widths) - self.limit
-        while excess > 0:
-            columns = [
-                i
-                for i in range(len(keep))
-                if widths[i] > display_width(self.shown[keep[i]].header) and i < len(keep) - 1
-            ]
-            if not columns:
-                break
-            widest = max(columns, key=lambda i: widths[i])
-            give = min(excess, widths[widest] - display_width(self.shown[keep[widest]].header))
-            widths[widest] -= give
-            excess -= give
-        return widths
-
-    def _page(self, cells: list[list[str]]) -> tuple[list[list[str]], bool]:
+    def _page(self, cells: list[list[str]]) -> list[list[str]]:
         """Fit a page: widths grow (never shrink) to its cells; columns give way if needed.
 
-        Returns the page's cells for the columns kept, and whether columns were left out.
+        Returns the page's cells for the columns kept; those left out are in ``hidden``.
         """
         natural = natural_widths(self.shown, cells)
         if self.natural:
             natural = [max(a, b) for a, b in zip(self.natural, natural, strict=True)]
         keep, widths = self._arrange(natural)
-        dropped = len(keep) < len(self.shown)
-        if dropped:
+        if len(keep) < len(self.shown):
+            self.hidden += [c.header for i, c in enumerate(self.shown) if i not in keep]
             self.shown = [self.shown[i] for i in keep]
             cells = [[row[i] for i in keep] for row in cells]
         self.natural = [natural[i] for i in keep]
         self.widths = widths
-        return cells, dropped
+        return cells
 
     # -- writing ----------------------------------------------------------------
 
@@ -181,21 +126,37 @@ class Table:
         return out
 
     def _line(self, cells: Sequence[str]) -> str:
-        parts = []
+        """A row: each cell where its column starts. A cell wider than its column (one
+        that may not be cut) ends its line; the next cells go on the following one."""
+        lines: list[str] = []
+        parts: list[str] = []
+        used = start = 0
         last = len(self.shown) - 1
-        for index, (column, text, width) in enumerate(
-            zip(self.shown, cells, self.widths, strict=True)
+        for index, (column, text, width, cuts) in enumerate(
+            zip(self.shown, cells, self.widths, self.cuts, strict=True)
         ):
-            if column.is_text:
-                text = cut(text, width)
             right = column.justify == "right"
+            if cuts:  # the last column may use what is left of the terminal
+                room = width
+                if index == last and not right and self.limit is not None:
+                    room = max(width, self.limit - start)
+                text = cut(text, room)
+            if index:
+                if used > start - len(GAP):
+                    lines.append("".join(parts).rstrip(" "))
+                    parts, used = [], 0
+                parts.append(" " * (start - used))
             if index == last and not right:
-                parts.append(text)
+                cell = text
             elif text.isascii():
-                parts.append(text.rjust(width) if right else text.ljust(width))
+                cell = text.rjust(width) if right else text.ljust(width)
             else:
-                parts.append(pad(text, width, right))
-        return GAP.join(parts).rstrip(" ")
+                cell = pad(text, width, right)
+            parts.append(cell)
+            used = start + (len(cell) if cell.isascii() else display_width(cell))
+            start += width + len(GAP)
+        lines.append("".join(parts).rstrip(" "))
+        return "\n".join(lines)
 
     def _show_footer(self) -> bool:
         if self.footer is None:
@@ -208,36 +169,52 @@ class Table:
         header = self._line([c.header for c in self.shown])
         return f"\x1b[1m{header}\x1b[0m" if self.bold else header
 
-    def write(self, rows: Iterable[Mapping[str, Any]]) -> int:
-        iterator = iter(rows)
-        page = list(islice(iterator, FIRST_PAGE))
-        if not page:
-            return 0
+    def _first(self, page: list[Mapping[str, Any]], more: bool) -> None:
+        """Lay the table out for its first page (``more``: others follow), and write it."""
         self.shown = self._pick(page[0])
         footer = self._show_footer()
         cells = [self._cells(self.shown, row) for row in page]
         if footer:
             assert self.footer is not None
             cells.append(self._cells(self.shown, self.footer))
-        cells, _ = self._page(cells)
+        cells = self._page(cells)
         if footer:
             cells.pop()
+        if more and self.limit is not None:
+            self.widths = room(self.shown, self.widths, self.limit)
+        if self.hidden and self.note is not None:
+            self.note(self.hidden)
+        self.cuts = [c.is_text for c in self.shown]
         lines = [self._header()] if self.options.headers else []
-        lines += [self._line(row) for row in cells]
-        count = len(page)
+        self._emit(lines + [self._line(row) for row in cells])
+        if self.frozen and not self.options.wide:
+            # later pages keep these widths: what no longer fits is cut, but
+            # never an essential column's value nor a number
+            self.cuts = [c.is_text or not (c.essential or c.is_number) for c in self.shown]
+
+    def _emit(self, lines: list[str]) -> None:
         self.stream.write("\n".join(lines) + "\n")
         self.stream.flush()
+
+    def write(self, rows: Iterable[Mapping[str, Any]]) -> int:
+        iterator = iter(rows)
+        page = list(islice(iterator, FIRST_PAGE + 1))
+        if not page:
+            return 0
+        more = len(page) > FIRST_PAGE
+        if more:
+            iterator = chain([page.pop()], iterator)
+        self._first(page, more)
+        count = len(page)
         while True:
             page = list(islice(iterator, PAGE))
             if not page:
                 break
             count += len(page)
-            cells, dropped = self._page([self._cells(self.shown, row) for row in page])
-            lines = [self._header()] if dropped and self.options.headers else []
-            lines += [self._line(row) for row in cells]
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
-        if footer:
-            assert self.footer is not None
+            cells = [self._cells(self.shown, row) for row in page]
+            if not self.frozen:
+                cells = self._page(cells)
+            self._emit([self._line(row) for row in cells])
+        if self.footer is not None and self._show_footer():
             self.stream.write(self._line(self._cells(self.shown, self.footer)) + "\n")
         return count

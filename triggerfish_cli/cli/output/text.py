@@ -27,8 +27,9 @@ class Column:
     ``kind`` says how it gives way to a narrow terminal: ``id`` (the default
     for left-aligned columns: keys, names, times, levels) is never cut,
     ``num`` (the default for right-aligned ones) neither, ``text`` (free
-    text) is cut with ``…``. ``wide`` columns show only with ``--wide`` or
-    ``--columns``; ``keep`` columns are never left out; ``table_only`` ones
+    text) is cut with ``…``. ``essential`` columns (the row's identifier and
+    what the command is about) are never left out to fit a terminal; ``wide``
+    columns show only with ``--wide`` or ``--columns``; ``table_only`` ones
     are for people (a highlighted excerpt): documents leave their field out.
     """
 
@@ -38,17 +39,27 @@ class Column:
     render: Callable[[Any], str] | None = None
     kind: str = ""
     wide: bool = False
-    keep: bool = False
+    essential: bool = False
     table_only: bool = False
 
     @property
     def is_text(self) -> bool:
         return self.kind == "text"
 
+    @property
+    def is_number(self) -> bool:
+        return self.justify == "right" and not self.is_text
 
-def text_column(field: str, header: str, render: Callable[[Any], str] | None = None) -> Column:
+
+def text_column(
+    field: str,
+    header: str,
+    render: Callable[[Any], str] | None = None,
+    *,
+    essential: bool = False,
+) -> Column:
     """A free-text column (descriptions, reasons, content): cut with … on a narrow terminal."""
-    return Column(field, header, render=render, kind="text")
+    return Column(field, header, render=render, kind="text", essential=essential)
 
 
 def human_bytes(size: Any) -> str:

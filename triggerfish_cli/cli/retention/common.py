@@ -9,7 +9,7 @@ import typer
 
 from triggerfish_cli import namespaces
 from triggerfish_cli.cli.context import AppState
-from triggerfish_cli.cli.options import sub_app
+from triggerfish_cli.cli.options import complete_store_namespace, sub_app
 from triggerfish_cli.errors import UsageError
 from triggerfish_cli.retention.policies import Policies, policies_from_settings
 from triggerfish_cli.serialization import utc_now
@@ -30,6 +30,7 @@ NamespaceOpt = Annotated[
         metavar="NS",
         help="Only this namespace (name or prefix, e.g. sessions); repeatable.",
         show_default=False,
+        autocompletion=complete_store_namespace,
     ),
 ]
 AsOfOpt = Annotated[

@@ -19,11 +19,11 @@ def plan_rows(out: Output, plan: Plan) -> None:
     out.rows(
         (ns_plan.as_row() for ns_plan in plan.namespaces.values()),
         [
-            Column("namespace", "namespace"),
+            Column("namespace", "namespace", essential=True),
             Column("policy", "policy", render=lambda v: "" if v is None else str(v)),
             Column("held", "held"),
-            Column("delete", "delete", "right"),
-            Column("trim", "trim", "right"),
+            Column("delete", "delete", "right", essential=True),
+            Column("trim", "trim", "right", essential=True),
             Column("bytes", "size", "right", human_bytes),
             Column("oldest", "oldest"),
             Column("unknown_age", "age unknown", "right"),
@@ -76,8 +76,8 @@ def show_plan(out: Output, plan: Plan, list_keys: bool, hidden: Level | None = N
         out.rows(
             key_rows(plan),
             [
-                Column("key", "key"),
-                Column("action", "action"),
+                Column("key", "key", essential=True),
+                Column("action", "action", essential=True),
                 Column("time", "time"),
                 Column("bytes", "bytes", "right"),
                 text_column("reason", "reason"),
@@ -108,11 +108,11 @@ def report(out: Output, summary: dict[str, Any]) -> None:
     if out.quiet:
         return
     columns = [
-        Column("namespace", "namespace"),
+        Column("namespace", "namespace", essential=True),
         Column("policy", "policy"),
         Column("planned", "planned", "right"),
-        Column("deleted", "deleted", "right"),
-        Column("trimmed", "trimmed", "right"),
+        Column("deleted", "deleted", "right", essential=True),
+        Column("trimmed", "trimmed", "right", essential=True),
         Column("changed", "kept: changed", "right"),
         Column("guarded", "kept: guard", "right"),
         Column("unknown_age", "age unknown", "right"),

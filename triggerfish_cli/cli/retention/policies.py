@@ -20,10 +20,11 @@ def policies_cmd(ctx: typer.Context, fmt: FormatOpt = None) -> None:
     out.rows(
         (policy.as_dict() for policy in policies),
         [
-            Column("namespace", "namespace"),
-            Column("policy", "policy"),
+            Column("namespace", "namespace", essential=True),
+            Column("policy", "policy", essential=True),
             Column("source", "source"),
             Column("held", "held"),
             text_column("rule", "what goes"),
         ],
+        gives_way=("source", "held"),
     )

@@ -140,7 +140,9 @@ def sweep_cmd(
                 what="the sweep",
             )
         with out.progress("sweeping", total=seen.deletes + seen.trims) as bar:
-            result = apply_plan(provider, plan, pacing=pacing, on_progress=bar.advance, taint=level)
+            result = apply_plan(
+                provider, plan, pacing=pacing, on_progress=bar.advance, taint=level, only=only
+            )
     summary = result.as_dict(shown=True)
     metrics.swept(run, summary)
     report(out, summary)

@@ -128,7 +128,8 @@ class PostgresConnection(BaseStorage):
         except psycopg.Error as exc:
             raise BackendUnavailableError(
                 f"cannot connect to PostgreSQL at {_server_of(params)}: {_reason(exc)}",
-                hint="check storage.dsn, that the server runs, and PGPASSWORD/~/.pgpass",
+                hint="check the DSN (--db or storage.dsn), that the server runs, "
+                "and PGPASSWORD/~/.pgpass",
             ) from None
 
     def _describe_server(self) -> str:

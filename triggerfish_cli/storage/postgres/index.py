@@ -285,6 +285,14 @@ class PgFtsIndex:
                 self._index(conn, storage_key, new)
         return old, new
 
+    def reindex(self, storage_keys: Sequence[str]) -> int:
+        if not self.present:
+            return 0
+        keys = sorted(storage_keys)
+        for start in range(0, len(keys), BATCH):
+            self._resync(keys[start : start + BATCH], "memory reindex of imported rows")
+        return len(keys)
+
     def hard_delete(
         self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
     ) -> int:

@@ -39,6 +39,11 @@ READ_TIMEOUT = 20
 MAX_ATTEMPTS = 3
 
 
+class MissingBucketError(BackendUnavailableError):
+    """The bucket does not exist: a store there is unavailable (exit 7); a backup
+    destination read from is not found (exit 3, S3Destination)."""
+
+
 class PreconditionFailed(TriggerfishError):
     """An If-Match condition did not hold (the object changed)."""
 
@@ -131,7 +136,7 @@ class S3Connection(BaseStorage):
         message = str(error.get("Message") or code)
         where = f"{self._where()}: {what}"
         if code in ("NoSuchBucket", "404") and what == "open":
-            return BackendUnavailableError(
+            return MissingBucketError(
                 f"{where}: bucket {self.bucket!r} not found",
                 hint="create the bucket first; triggerfish-admin never creates buckets",
             )

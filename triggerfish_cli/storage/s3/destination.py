@@ -28,6 +28,7 @@ from triggerfish_cli.backup.streams import read_chunks
 from triggerfish_cli.errors import NotFoundError, TriggerfishError, VerificationError
 from triggerfish_cli.storage.remote_settings import check_endpoint, parse_s3_url
 from triggerfish_cli.storage.s3.backend import S3Storage
+from triggerfish_cli.storage.s3.client import MissingBucketError
 
 MULTIPART = 64 << 20
 
@@ -41,16 +42,23 @@ class S3Destination:
         endpoint_url: str | None = None,
         sse: str | None = None,
         sse_kms_key_id: str | None = None,
+        reading: bool = False,
     ) -> None:
-        self.store = S3Storage(
-            bucket,
-            prefix,
-            endpoint_url=endpoint_url,
-            workers=4,
-            as_store=False,
-            sse=sse,
-            sse_kms_key_id=sse_kms_key_id,
-        )
+        """``reading``: backups are read from it, so a missing bucket is not found (exit 3)."""
+        try:
+            self.store = S3Storage(
+                bucket,
+                prefix,
+                endpoint_url=endpoint_url,
+                workers=4,
+                as_store=False,
+                sse=sse,
+                sse_kms_key_id=sse_kms_key_id,
+            )
+        except MissingBucketError as exc:
+            if not reading:
+                raise
+            raise NotFoundError(exc.message) from None
         self.bucket = self.store.bucket
         self.prefix = self.store.prefix
         self.client: Any = self.store.client
@@ -62,6 +70,7 @@ class S3Destination:
         *,
         endpoint_url: str | None = None,
         sse: tuple[str | None, str | None] = (None, None),
+        reading: bool = False,
     ) -> S3Destination:
         options = parse_s3_url(url)
         if endpoint_url is not None:
@@ -72,6 +81,7 @@ class S3Destination:
             endpoint_url=endpoint_url,
             sse=sse[0],
             sse_kms_key_id=sse[1],
+            reading=reading,
         )
 
     def describe(self) -> str:

@@ -21,7 +21,7 @@ from triggerfish_cli.errors import (
     out_of_files,
     write_error,
 )
-from triggerfish_cli.fileio import trusted_link
+from triggerfish_cli.fileio import make_directory, trusted_link
 from triggerfish_cli.storage import kept_files
 from triggerfish_cli.storage.sqlite.sql import (
     CACHE_SIZE_KIB,
@@ -59,6 +59,10 @@ def open_file(
         size: int | None = path.stat().st_size
     except FileNotFoundError:
         size = None
+    except NotADirectoryError as exc:  # under a file: no store there, none can be made
+        if create and not read_only:
+            raise write_error(path, exc) from exc
+        raise MissingStoreError(f"no Triggerfish store at {path}", hint=_MISSING_HINT) from exc
     except OSError as exc:
         raise BackendUnavailableError(f"{path}: cannot read: {exc.strerror}") from exc
     timeout = busy_timeout_ms / 1000
@@ -71,12 +75,7 @@ def open_file(
     if size is None:
         if not create or read_only:
             raise MissingStoreError(f"no Triggerfish store at {path}", hint=_MISSING_HINT)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        except OSError as exc:
-            raise BackendUnavailableError(
-                f"{path.parent}: cannot create directory: {exc.strerror}"
-            ) from exc
+        make_directory(path.parent)
         _create_private(path)  # 0600, like its backups
         conn = _connect(path, "rw", timeout)
         _tune(conn, journal_wal=True)

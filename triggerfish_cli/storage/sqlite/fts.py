@@ -137,6 +137,18 @@ class Fts5Index(Fts5Search, Fts5Repair):
 
         return retried(once)
 
+    def reindex(self, storage_keys: Sequence[str]) -> int:
+        if not self.present:
+            return 0
+        triples = [
+            (parts[0], parts[1].name, parts[2])
+            for parts in map(split_key, storage_keys)
+            if parts is not None
+        ]
+        # Every one may have rows: each is looked up again in its batch's transaction.
+        self._rewrite(Drift(self.kind, ()), triples, set(triples), None)
+        return len(triples)
+
     def hard_delete(
         self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
     ) -> int:
@@ -233,6 +245,9 @@ class ScanIndex:
         new = update(old)
         self.provider.set(storage_key, new)
         return old, new
+
+    def reindex(self, storage_keys: Sequence[str]) -> int:
+        return 0  # nothing stored to bring in step
 
     def hard_delete(
         self, items: Sequence[tuple[str, str]], *, on_batch: BatchCallback | None = None
