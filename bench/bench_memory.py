@@ -137,10 +137,10 @@ def drifted_store(path: object, share: float) -> Path:
                 "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?",
                 (agent, level, key),
             )
-        else:  # new text in kv only: the index keeps the old one
+        else:  # new text in kv only, written as the gateway writes: the index keeps the old
             raw.execute(
-                "UPDATE kv SET value = replace(value, '\"content\":\"', "
-                "'\"content\":\"edited meanwhile ') WHERE key = ?",
+                "INSERT OR REPLACE INTO kv (key, value) SELECT key, replace(value, "
+                "'\"content\":\"', '\"content\":\"edited meanwhile ') FROM kv WHERE key = ?",
                 (f"memory:{agent}:{level}:{key}",),
             )
     raw.execute("COMMIT")
@@ -172,11 +172,11 @@ def _timed_parts(
     from triggerfish_cli.storage.sqlite.fts_search import Fts5Search
 
     started = time.perf_counter()
-    for _row in conn.execute(*drifted_sql(request)):  # type: ignore[arg-type]
+    for _row in conn.execute(*drifted_sql(request, index.marked)):  # type: ignore
         pass
     parts["find"].append(time.perf_counter() - started)
     started = time.perf_counter()
-    private, _ = drifted_copy(conn, request)  # type: ignore[arg-type]
+    private, _ = drifted_copy(conn, request, index.marked)  # type: ignore
     parts["fill"].append(time.perf_counter() - started - parts["find"][-1])
     started = time.perf_counter()
     Fts5Search.search(index, request)  # type: ignore[arg-type]

@@ -25,6 +25,7 @@ from triggerfish_cli.classification import Level
 from triggerfish_cli.memory import records as memory
 from triggerfish_cli.memory import upkeep as memory_upkeep
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts import Fts5Index
 
 ADMIN = str(Path(sys.executable).parent / "triggerfish-admin")
 WORDS = "otter river stone deploy server meeting alice invoice garden".split()
@@ -157,9 +158,10 @@ def test_search_beside_a_writer_without_busy_timeout_costs_it_no_write(tmp_path:
 # -- the same results as a freshly reindexed copy ----------------------------------------
 
 
-def _drifted_store(path: Path, seed: int) -> Path:
+def _drifted_store(path: Path, seed: int, marked: bool = False) -> Path:
     """Memories of two agents at every level (tie-rich texts, shadowing, tags), a random
-    part indexed, then edits, soft deletes and deletes of kv alone."""
+    part indexed (all of it by our reindex, which marks them, with ``marked``), then
+    edits, soft deletes and deletes of kv alone."""
     rng = random.Random(seed)
     rows: dict[str, str] = {}
     for _ in range(160):
@@ -171,6 +173,10 @@ def _drifted_store(path: Path, seed: int) -> Path:
         rows[mkey(agent, level, key)] = memory_record(key, level, text, agent=agent, tags=tags)
     indexed = tuple(tuple(skey.split(":", 3)[1:]) for skey in rows if rng.random() < 0.7)
     write_gateway_store(path, rows, indexed)  # type: ignore[arg-type]
+    if marked:
+        provider = SqliteStorage(path)
+        memory_upkeep.reindex(provider, taint=Level.RESTRICTED)
+        provider.close()
     conn = sqlite3.connect(path)
     for skey in rng.sample(sorted(rows), 40):
         _, agent, level, key = skey.split(":", 3)
@@ -188,9 +194,12 @@ def _drifted_store(path: Path, seed: int) -> Path:
     return path
 
 
+@pytest.mark.parametrize("marked", [False, True], ids=["unmarked", "marked"])
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_results_are_those_of_a_freshly_reindexed_copy(tmp_path: Path, seed: int) -> None:
-    drifted = _drifted_store(tmp_path / "drifted.db", seed)
+def test_results_are_those_of_a_freshly_reindexed_copy(
+    tmp_path: Path, seed: int, marked: bool
+) -> None:
+    drifted = _drifted_store(tmp_path / "drifted.db", seed, marked)
     fresh = tmp_path / "fresh.db"
     shutil.copyfile(drifted, fresh)
     ours, theirs = SqliteStorage(drifted), SqliteStorage(fresh)
@@ -229,3 +238,66 @@ def test_an_unindexed_store_of_many_memories_is_searched_in_batches(tmp_path: Pa
     assert result.drifted == 2500
     provider.close()
     assert os.path.getsize(db) > 0
+
+
+# -- marks: which memories the index held in step (fts_marks.py) ------------------------
+
+
+def marks(db: Path) -> dict[str, int]:
+    conn = sqlite3.connect(db)
+    try:
+        return dict(conn.execute("SELECT key, kv_rowid FROM tfadmin_memory_marks"))
+    finally:
+        conn.close()
+
+
+def rowids(db: Path) -> dict[str, int]:
+    conn = sqlite3.connect(db)
+    try:
+        return dict(conn.execute("SELECT key, rowid FROM kv WHERE key LIKE 'memory:%'"))
+    finally:
+        conn.close()
+
+
+def test_reindex_marks_the_memories_in_step_and_our_writes_keep_them(tmp_path: Path) -> None:
+    db = small_store(tmp_path / "gw.db")
+    cron_writes(db, mkey(CRON, "PUBLIC", "digest"), memory_record(
+        "digest", "PUBLIC", "morning digest", agent=CRON))  # fmt: skip
+    assert admin(db, "memory", "reindex", "-t", "RESTRICTED").returncode == 0
+    assert marks(db) == rowids(db)  # every memory, each at its row as it is
+    pets = mkey(MAIN, "PUBLIC", "pets")
+    cron_writes(db, pets, memory_record("pets", "PUBLIC", "a loud parrot talks"))
+    assert marks(db)[pets] != rowids(db)[pets]  # the gateway's write left it unmarked
+    assert search_keys(db, "parrot") == [pets]
+    assert search_keys(db, "otter") == []
+    saved = admin(db, "memory", "save", "notes", "a heron fishing", "-a", MAIN)
+    assert saved.returncode == 0, saved.stderr
+    notes = mkey(MAIN, "PUBLIC", "notes")
+    assert marks(db)[notes] == rowids(db)[notes]  # our write keeps its mark in step
+    deleted = admin(db, "kv", "delete", mkey(CRON, "PUBLIC", "digest"), "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert mkey(CRON, "PUBLIC", "digest") not in marks(db)
+
+
+def test_a_rowid_that_comes_back_after_our_delete_is_not_trusted(tmp_path: Path) -> None:
+    """SQLite gives a new row the highest rowid + 1: after the newest row is deleted, the
+    next write takes its rowid again. Our delete drops the mark, so the memory written
+    again under that rowid is searched by its new text."""
+    db = small_store(tmp_path / "gw.db")
+    newest = mkey(CRON, "PUBLIC", "digest")
+    first = memory_record("digest", "PUBLIC", "morning digest", agent=CRON)
+    cron_writes(db, newest, first)
+    provider = SqliteStorage(db)
+    memory_upkeep.reindex(provider, taint=Level.RESTRICTED)
+    conn = sqlite3.connect(db)
+    before = rowids(db)[newest]
+    conn.execute("DELETE FROM kv WHERE rowid > ?", (before,))  # our audit rows: it is the newest
+    conn.commit()
+    index = Fts5Index(provider.connection, provider)
+    assert index.hard_delete([(newest, first)]) == 1
+    cron_writes(db, newest, memory_record("digest", "PUBLIC", "evening kingfisher", agent=CRON))
+    assert rowids(db)[newest] == before  # the same rowid, with another text
+    result = memory.search(provider, "kingfisher", taint=Level.PUBLIC, agent=CRON, limit=5)
+    assert [hit.record.storage_key for hit in result.hits] == [newest]
+    conn.close()
+    provider.close()

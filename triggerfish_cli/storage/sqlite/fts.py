@@ -46,6 +46,7 @@ from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
 from triggerfish_cli.storage.sqlite.fts_drift import drifted_copy
+from triggerfish_cli.storage.sqlite.fts_marks import DROP_MARK, SET_MARK
 from triggerfish_cli.storage.sqlite.fts_repair import Fts5Repair
 from triggerfish_cli.storage.sqlite.fts_search import COLUMN_WEIGHTS, Fts5Search
 from triggerfish_cli.storage.sqlite.fts_tables import (
@@ -85,7 +86,7 @@ class Fts5Index(Fts5Search, Fts5Repair):
         reading = self.storage.read_snapshot("search", checkpoint=False)
         with self.storage.unmapped(), reading, self._errors("search", request.text):
             result = super().search(request)
-            private, result.drifted = drifted_copy(self.conn, request)
+            private, result.drifted = drifted_copy(self.conn, request, self.marked)
             try:
                 if result.drifted:
                     _merge(result, _DriftSearch(private, self).search(request), request.limit)
@@ -105,11 +106,14 @@ class Fts5Index(Fts5Search, Fts5Repair):
         for rowid in rowids:
             conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
         record = None if value is None else parse_record(skey, value)
-        if isinstance(record, MemoryRecord) and record.live:
+        live = isinstance(record, MemoryRecord) and record.live
+        if isinstance(record, MemoryRecord) and live:
             conn.execute(INSERT_FTS, fts_row(record))
             conn.execute(UPSERT_META, (agent, level.name, key, value))
         else:
             conn.execute(DELETE_META, (agent, level.name, key))
+        if self.marked:  # in step again (kv's row as it is now), or no mark at all
+            conn.execute(SET_MARK if live else DROP_MARK, (skey,))
 
     def write(
         self, storage_key: str, update: Callable[[str | None], str]

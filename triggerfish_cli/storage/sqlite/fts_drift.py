@@ -28,6 +28,7 @@ from triggerfish_cli.memory.index import SearchRequest
 from triggerfish_cli.memory.keys import agent_prefix, visible_levels
 from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
+from triggerfish_cli.storage.sqlite.fts_marks import unmarked
 from triggerfish_cli.storage.sqlite.fts_tables import fts_row
 from triggerfish_cli.storage.sqlite.sql import (
     INSERT_FTS,
@@ -48,7 +49,7 @@ CACHE_KIB = 65_536
 #: Memories in a key range (``{where}``) at the levels ``{levels}`` whose memory_meta
 #: row is absent or differs from kv; a storage key splits on its first three colons.
 _DRIFTED = """
-WITH a AS (SELECT key, value, substr(key, 8) AS rest FROM kv WHERE {where}),
+WITH a AS (SELECT key, value, substr(key, 8) AS rest FROM kv WHERE {where}{unmarked}),
 b AS (SELECT key, value, substr(rest, 1, instr(rest, ':') - 1) AS agent,
       substr(rest, instr(rest, ':') + 1) AS rest FROM a),
 c AS (SELECT key, value, agent, substr(rest, 1, instr(rest, ':') - 1) AS level,
@@ -59,11 +60,12 @@ SELECT key, value FROM c WHERE level IN ({levels}) AND NOT EXISTS (
 """
 
 
-def drifted_sql(request: SearchRequest) -> tuple[str, list[str]]:
+def drifted_sql(request: SearchRequest, marked: bool = False) -> tuple[str, list[str]]:
     """The statement that lists the drifted memories a search covers, and its parameters.
 
     One agent: the key range of each visible level (the hidden ones are never
-    read); every agent: the whole memory range, levels filtered by name.
+    read); every agent: the whole memory range, levels filtered by name. With
+    ``marked`` (fts_marks.py), only the values of unmarked rows are read.
     """
     names = [level.name for level in visible_levels(request.taint)]
     prefixes = [agent_prefix(request.agent)]
@@ -72,8 +74,11 @@ def drifted_sql(request: SearchRequest) -> tuple[str, list[str]]:
     clauses = [range_clause(prefix) for prefix in prefixes]
     where = " OR ".join(f"({clause})" for clause, _ in clauses)
     params = [param for _, clause_params in clauses for param in clause_params]
-    sql = _DRIFTED.format(where=where, levels=",".join("?" * len(names)))
-    return sql, [*params, *names]
+    levels = ",".join("?" * len(names))
+    if not marked:
+        return _DRIFTED.format(where=where, unmarked="", levels=levels), [*params, *names]
+    rows = f" AND rowid IN ({unmarked(where)})"
+    return _DRIFTED.format(where=where, unmarked=rows, levels=levels), [*params * 3, *names]
 
 
 def _private() -> sqlite3.Connection:
@@ -85,9 +90,11 @@ def _private() -> sqlite3.Connection:
     return conn
 
 
-def _fill(store: sqlite3.Connection, request: SearchRequest) -> tuple[sqlite3.Connection, int]:
+def _fill(
+    store: sqlite3.Connection, request: SearchRequest, marked: bool
+) -> tuple[sqlite3.Connection, int]:
     """A private database holding every live drifted memory of ``request``'s scope."""
-    sql, params = drifted_sql(request)
+    sql, params = drifted_sql(request, marked)
     private = _private()
     loads = fast_loads()
     count = 0
@@ -110,8 +117,8 @@ def _fill(store: sqlite3.Connection, request: SearchRequest) -> tuple[sqlite3.Co
 
 
 def drifted_copy(
-    store: sqlite3.Connection, request: SearchRequest
+    store: sqlite3.Connection, request: SearchRequest, marked: bool = False
 ) -> tuple[sqlite3.Connection, int]:
     """A private index of the memories ``request`` covers that the store's index lacks
     or holds stale (see the module docstring), and their count; the caller closes it."""
-    return lenient(store, lambda conn: _fill(conn, request))
+    return lenient(store, lambda conn: _fill(conn, request, marked))
