@@ -24,6 +24,8 @@ from triggerfish_cli.cli.typer_compat import click
 OPTION = re.compile(r"(?<![\w/.-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 #: A span in backticks: a command line, when it starts with a command.
 QUOTED = re.compile(r"`([^`]*)`")
+#: A live writer as an error names it, with its own command line: data, not a hint.
+PROCESS = re.compile(r"pid \d+ \([^()]*\)")
 
 
 @cache
@@ -55,6 +57,7 @@ def resolve(words: Sequence[str]) -> list[click.Command] | None:
 def mentions(text: str) -> Iterator[tuple[str, list[click.Command] | None, str]]:
     """``(option, commands, where)`` for every option ``text`` names: ``commands`` is the
     chain of the command written before it in backticks (None: the raising command's)."""
+    text = PROCESS.sub("pid", text)
     for span in QUOTED.finditer(text):
         chain = resolve(span.group(1).split())
         for option in OPTION.findall(span.group(1)):
