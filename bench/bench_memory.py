@@ -38,11 +38,13 @@ import random
 import sqlite3
 import time
 from pathlib import Path
+from typing import Any
 
 from common import DATA, median, p95, scratch_copy, store
 
 MEMORIES = 200_000
 WORDS = 175
+MAIN = "main-session"
 
 
 def build(memories: int = MEMORIES) -> object:
@@ -110,6 +112,137 @@ def bench_search(path: object, count: int) -> None:
                 f"{'OK' if ratio <= 3 else 'MISSED'}  avg hits {hits / len(queries):.1f}"
             )
     provider.close()
+
+
+def drifted_store(path: object, share: float) -> Path:
+    """A scratch copy of the store, reindexed (every level), then ``share`` of its live
+    memories drifted as the gateway leaves them: half never indexed (their index rows
+    gone, as cron and trigger runs leave them), half edited in kv alone (stale rows)."""
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import upkeep as memory_upkeep
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+
+    copy = scratch_copy(path, "memory-drift-scratch.db")  # type: ignore[arg-type]
+    provider = SqliteStorage(copy)
+    memory_upkeep.reindex(provider, taint=Level.RESTRICTED)
+    provider.close()
+    raw = sqlite3.connect(copy, isolation_level=None)
+    rows = raw.execute("SELECT id, c0, c1, c2 FROM memory_fts_content").fetchall()
+    picked = random.Random(13).sample(rows, round(len(rows) * share))
+    raw.execute("BEGIN")
+    for n, (rowid, agent, level, key) in enumerate(picked):
+        if n % 2:
+            raw.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
+            raw.execute(
+                "DELETE FROM memory_meta WHERE agent_id = ? AND classification = ? AND key = ?",
+                (agent, level, key),
+            )
+        else:  # new text in kv only, written as the gateway writes: the index keeps the old
+            raw.execute(
+                "INSERT OR REPLACE INTO kv (key, value) SELECT key, replace(value, "
+                "'\"content\":\"', '\"content\":\"edited meanwhile ') FROM kv WHERE key = ?",
+                (f"memory:{agent}:{level}:{key}",),
+            )
+    raw.execute("COMMIT")
+    raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    raw.close()
+    return copy
+
+
+def _spread(values: list[float], scale: float = 1e3) -> str:
+    """Median [min-max] of ``values`` (times in ms by default)."""
+    low, mid, high = (f"{v * scale:.1f}" for v in (min(values), median(values), max(values)))
+    return f"{mid} [{low}-{high}]"
+
+
+def _search_parts(index: object, request: object, parts: dict[str, list[float]]) -> None:
+    """The parts of one drifted search, timed one by one: finding the drifted rows (the
+    statement alone), filling the private index (its time less the statement's), the
+    index search, the drifted search."""
+    conn = index.conn  # type: ignore[attr-defined]
+    with index.storage.unmapped():  # type: ignore[attr-defined]  # as the search reads them
+        _timed_parts(index, conn, request, parts)
+
+
+def _timed_parts(
+    index: object, conn: Any, request: object, parts: dict[str, list[float]]
+) -> None:
+    from triggerfish_cli.storage.sqlite.fts import _DriftSearch
+    from triggerfish_cli.storage.sqlite.fts_drift import drifted_copy, drifted_sql
+    from triggerfish_cli.storage.sqlite.fts_search import Fts5Search
+
+    started = time.perf_counter()
+    for _row in conn.execute(*drifted_sql(request, index.marked)):  # type: ignore
+        pass
+    parts["find"].append(time.perf_counter() - started)
+    started = time.perf_counter()
+    private, _ = drifted_copy(conn, request, index.marked)  # type: ignore
+    parts["fill"].append(time.perf_counter() - started - parts["find"][-1])
+    started = time.perf_counter()
+    Fts5Search.search(index, request)  # type: ignore[arg-type]
+    parts["index"].append(time.perf_counter() - started)
+    started = time.perf_counter()
+    _DriftSearch(private, index).search(request)  # type: ignore[arg-type]
+    parts["drifted"].append(time.perf_counter() - started)
+    private.close()
+
+
+def bench_drift(path: object, count: int, repeat: int, share: float) -> None:
+    """Issue 36: search p95 with ``share`` of the memories unindexed or stale, against the
+    bare FTS5 query on the same store (target: within 10x), and where the time goes."""
+    from triggerfish_cli.classification import Level
+    from triggerfish_cli.memory import records as memory
+    from triggerfish_cli.memory.index import SearchRequest
+    from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+    from triggerfish_cli.storage.sqlite.fts import Fts5Index
+    from triggerfish_cli.storage.sqlite.fts_query import fts_query
+
+    copy = drifted_store(path, share)
+    provider = SqliteStorage(copy)
+    conn = provider.connection
+    index = Fts5Index(conn, provider)
+    bare_sql = (
+        "SELECT agent_id, classification, key, rank FROM memory_fts "
+        "WHERE memory_fts MATCH ? ORDER BY rank LIMIT 10"
+    )
+    cases = [(Level.RESTRICTED, None, 1), (Level.RESTRICTED, None, 2), (Level.PUBLIC, MAIN, 1)]
+    print(
+        f"search with {share:.0%} of the memories unindexed or stale, {count} queries, "
+        f"{repeat} repeats (ms; p95 of each repeat, then median [min-max] of the repeats)"
+    )
+    for taint, agent, words in cases:
+        queries = sample_queries(conn, words, count, random.Random(words))
+        p95s: dict[str, list[float]] = {"bare": [], "ours": [], "ratio": []}
+        parts: dict[str, list[float]] = {"find": [], "fill": [], "index": [], "drifted": []}
+        drifted = 0
+        for _ in range(repeat):
+            ours: list[float] = []
+            bare: list[float] = []
+            for query in queries:  # each run of ours beside a run of the bare query
+                match = fts_query(query, raw=False)
+                conn.execute(bare_sql, (match,)).fetchall()  # warm the pages both use
+                started = time.perf_counter()
+                conn.execute(bare_sql, (match,)).fetchall()
+                bare.append(time.perf_counter() - started)
+                started = time.perf_counter()
+                result = memory.search(provider, query, taint=taint, agent=agent, limit=10)
+                ours.append(time.perf_counter() - started)
+                drifted = result.drifted
+            p95s["bare"].append(p95(bare))
+            p95s["ours"].append(p95(ours))
+            p95s["ratio"].append(p95(ours) / p95(bare))
+            _search_parts(index, SearchRequest(queries[0], False, taint, agent, None, 10), parts)
+        ratio = median(p95s["ratio"])
+        print(
+            f"  {taint.name:<10} {agent or 'all agents':<12} {words}-word, {drifted} drifted: "
+            f"bare p95 {_spread(p95s['bare'])} | ours p95 {_spread(p95s['ours'])} | ratio "
+            f"{_spread(p95s['ratio'], 1)}x (target <= 10x) {'OK' if ratio <= 10 else 'MISSED'}"
+        )
+        shares = " | ".join(f"{name} {_spread(times)}" for name, times in parts.items())
+        print(f"    one search's parts: {shares}")
+    provider.close()
+    for suffix in ("", "-wal", "-shm"):
+        (copy.parent / (copy.name + suffix)).unlink(missing_ok=True)
 
 
 EMPTY_INDEX = (
@@ -350,7 +483,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=30, help="runs of list and hidden-word")
     parser.add_argument("--long-mb", type=int, default=10, help="the long memory's size")
     parser.add_argument("--long-only", action="store_true", help="only the long-memory search")
+    parser.add_argument("--drift", type=float, default=0.02, help="share unindexed or stale")
+    parser.add_argument("--drift-only", action="store_true", help="only the drifted search")
+    parser.add_argument("--drift-repeat", type=int, default=3, help="repeats of the drifted one")
     args = parser.parse_args()
+    if args.drift_only:
+        bench_drift(build(args.memories), args.queries, args.drift_repeat, args.drift)
+        return
     if args.long_only:
         bench_long_memory(args.long_mb, min(args.repeat, 10))
         return
@@ -359,6 +498,7 @@ def main() -> None:
     bench_list(path, args.repeat)
     bench_hidden_word(args.hidden, args.repeat)
     bench_search(path, args.queries)
+    bench_drift(path, args.queries, args.drift_repeat, args.drift)
     if not args.skip_reindex:
         bench_reindex(path)
 

@@ -124,7 +124,10 @@ FILE_PRAGMAS = ("JOURNAL_MODE", "USER_VERSION", "APPLICATION_ID", "PAGE_SIZE", "
 GATED = {"transaction", "_transaction", "private_transaction"}
 #: Helpers that write on the connection their caller passes them: every call of
 #: one must itself sit inside a gated transaction (checked).
-GATED_HELPERS = {"storage/sqlite/fts.py": {"_reindex_one"}}
+GATED_HELPERS = {
+    "storage/sqlite/fts.py": {"_reindex_one"},
+    "storage/sqlite/fts_marks.py": {"mark_range"},
+}
 
 
 def _is_write(sql: str) -> bool:

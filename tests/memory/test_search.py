@@ -92,10 +92,8 @@ def test_only_key_content_and_tags_are_searched(provider: BaseStorage) -> None:
     assert found(find(provider, "restricted", RES, agent=None)) == []
     assert found(find(provider, "persona", CONF)) == [(MAIN, "user-name", "CONFIDENTIAL")]  # a tag
     keyed = find(provider, "instructions", INT)  # only in the key "trigger:instructions"
-    if provider.backend == "memory":
-        assert found(keyed) == [(MAIN, "trigger:instructions", "INTERNAL")]
-    else:  # the same, but that record's index rows are stale until a reindex
-        assert found(keyed) == [] and keyed.stale == 1
+    # (on SQLite that record's index rows are stale: it is searched from kv)
+    assert found(keyed) == [(MAIN, "trigger:instructions", "INTERNAL")]
 
 
 def test_raw_queries_pass_through_and_errors_are_usage_errors(provider: BaseStorage) -> None:
@@ -214,12 +212,13 @@ def test_never_fewer_hits_than_asked_unlike_the_gateway(tmp_path: Path) -> None:
 # -- drift between kv and the index (SQLite) ----------------------------------------------
 
 
-def test_stale_and_unindexed_records_until_reindex(tmp_path: Path) -> None:
+def test_stale_and_unindexed_records_are_searched_from_kv(tmp_path: Path) -> None:
     provider = SqliteStorage(write_memory_store(tmp_path / "gw.db"))
     stale = find(provider, "inbox", INT)
     assert found(stale) == [] and stale.stale == 1  # kv no longer says "inbox"
-    assert found(find(provider, "calendar", INT)) == []  # the new text was never indexed
-    assert found(find(provider, "digest", PUB, agent=CRON)) == []  # cron runs are never indexed
+    # The new text was never indexed, nor are cron runs: both found from kv.
+    assert found(find(provider, "calendar", INT)) == [(MAIN, "trigger:instructions", "INTERNAL")]
+    assert found(find(provider, "digest", PUB, agent=CRON)) == [(CRON, "digest", "PUBLIC")]
     check = memory_upkeep.reindex(provider, taint=RES, dry_run=True)
     assert (check.missing, check.stale, check.orphaned, check.fixed) == (2, 1, 0, 0)
     fixed = memory_upkeep.reindex(provider, taint=RES)
@@ -336,8 +335,9 @@ def test_an_index_row_that_names_another_record_is_not_trusted(tmp_path: Path) -
     )
     conn.commit()
     provider = SqliteStorage(path)
+    # The row is not trusted; the record itself (no meta row of its own) is found from kv.
     wrong = find(provider, "quokka", PUB, agent=None)
-    assert found(wrong) == [] and wrong.stale == 1
+    assert found(wrong) == [(MAIN, "PUBLIC:k", "PUBLIC")] and wrong.stale == 1
     drift = memory_upkeep.reindex(provider, taint=RES)
     assert drift.samples["orphaned"] == ["memory:main-session:PUBLIC:PUBLIC:k"]
     assert drift.samples["missing"][0] == mkey(MAIN, "PUBLIC", "PUBLIC:k")

@@ -16,7 +16,9 @@ gets the scan index, which reads every memory and gives the same results.
     and key (the highest visible live version), and is returned only when
     that version itself matches: a lower version never shows through.
     Nothing above the taint is returned, counted or named. Level, expiry,
-    shadowing and tag filters apply before the limit.
+    shadowing and tag filters apply before the limit. Complete: a memory the
+    index lacks or holds stale is searched by its text in kv, so the hits are
+    those of a freshly reindexed index.
 
 ``write(storage_key, update)``
     Read the current kv value of one memory, compute the new one with
@@ -102,6 +104,9 @@ class SearchResult:
     stale: int = 0
     #: storage keys of malformed records seen while searching (visible levels only)
     malformed: list[str] = field(default_factory=list)
+    #: visible memories in the search's scope that the index lacks or holds stale,
+    #: searched from kv (SQLite)
+    drifted: int = 0
 
 
 @dataclass

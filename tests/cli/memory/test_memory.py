@@ -59,15 +59,19 @@ def test_search_table_marks_matches(cli: CliFn, memory_db: Path) -> None:
     assert table.exit_code == 0
     assert "[Alice] Chen runs the acme-stack" in table.stdout and "agent" not in table.stdout
     every = cli("memory", "search", "alice", "-t", "INTERNAL", "--all-agents")
-    assert "agent" in every.stdout and "scheduler-slack" not in every.stdout  # never indexed
+    # a memory the gateway never indexed (a cron run's) is found all the same
+    assert "agent" in every.stdout and "scheduler-slack" in every.stdout
     empty = cli("memory", "search", "merger")
     assert empty.exit_code == 0 and empty.stdout == "" and "no memories match" in empty.stderr
 
 
-def test_search_reports_stale_index_rows(cli: CliFn, memory_db: Path) -> None:
-    result = cli("memory", "search", "inbox", "-t", "INTERNAL", "-f", "json")
-    assert result.exit_code == 0 and result.json() == []
-    assert "skipped 1 index row(s)" in result.stderr and "memory reindex" in result.stderr
+def test_search_finds_memories_the_index_lacks_or_holds_stale(
+    cli: CliFn, memory_db: Path
+) -> None:
+    old = cli("memory", "search", "inbox", "-t", "INTERNAL", "-f", "json")
+    assert old.exit_code == 0 and old.json() == [] and old.stderr == ""  # kv says otherwise
+    new = cli("memory", "search", "calendar", "-t", "INTERNAL", "-f", "json")
+    assert [hit["key"] for hit in new.json()] == ["trigger:instructions"]
 
 
 def test_search_query_errors(cli: CliFn, memory_db: Path) -> None:

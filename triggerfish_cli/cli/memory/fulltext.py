@@ -84,9 +84,4 @@ def search_cmd(
         Column("storage_key", "storage key", wide=True),
     ]
     out.rows(rows, columns, empty="no memories match")
-    if result.stale:
-        out.warn(
-            f"skipped {result.stale} index row(s) that no longer match the stored memory "
-            "(run `memory reindex`)"
-        )
     warn_malformed(out, result.malformed)

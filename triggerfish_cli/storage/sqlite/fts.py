@@ -19,10 +19,16 @@ so it returns fewer hits than asked whenever hidden rows rank high. Ours
 reads on until it has ``limit`` hits or the matches run out: never fewer
 than asked while that many visible records match.
 
+The memories the index lacks or holds stale (the gateway never indexes what
+cron and trigger runs save) are searched too, from kv, in a private index of
+the same shape, and both results merged by score (:mod:`.fts_drift`): the
+hits are those of a freshly reindexed store, and the store is not written.
+
 The index's parts: :mod:`.fts_tables` (rows, the RAM copy, plumbing),
-:mod:`.fts_search` (the ranked search), :mod:`.fts_repair` (drift and
-repair); this module holds the index class itself with its writes, and
-:class:`ScanIndex` for stores without the tables.
+:mod:`.fts_search` (the ranked search), :mod:`.fts_drift` (the drifted
+memories), :mod:`.fts_repair` (drift and repair); this module holds the
+index class itself with its writes, and :class:`ScanIndex` for stores
+without the tables.
 """
 
 from __future__ import annotations
@@ -39,10 +45,13 @@ from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.storage.batching import in_batches
 from triggerfish_cli.storage.provider import StorageProvider
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts_drift import drifted_copy
+from triggerfish_cli.storage.sqlite.fts_marks import DROP_MARK, SET_MARK
 from triggerfish_cli.storage.sqlite.fts_repair import Fts5Repair
 from triggerfish_cli.storage.sqlite.fts_search import COLUMN_WEIGHTS, Fts5Search
 from triggerfish_cli.storage.sqlite.fts_tables import (
     REPAIR_BATCH,
+    Fts5Tables,
     fts_row,
     in_memory_copy,
 )
@@ -61,12 +70,29 @@ class Fts5Index(Fts5Search, Fts5Repair):
     """:class:`~triggerfish_cli.memory.index.MemoryIndex` on a SQLite connection."""
 
     def search(self, request: SearchRequest) -> SearchResult:
-        """Ranked hits from the index tables (:meth:`Fts5Search.search`); a store
+        """Ranked hits from the index tables (:meth:`Fts5Search.search`) and from the
+        memories they lack or hold stale (fts_drift.py), merged by score; a store
         without them is searched by a scan (:class:`ScanIndex`)."""
         if not self.present:
             assert self.storage is not None
             return ScanIndex(self.storage).search(request)
-        return super().search(request)
+        if self.storage is None:  # a private copy of ours: it never drifts
+            return super().search(request)
+        # One read transaction (a WAL snapshot, no lock the gateway's writes meet, and no
+        # checkpoint after it: a search writes nothing), so the index, the drifted
+        # memories and the kv checks are of one moment. Finding the drifted memories
+        # reads every value in scope: through the page cache, not the memory map, so
+        # the resident set stays flat (storage.unmapped).
+        reading = self.storage.read_snapshot("search", checkpoint=False)
+        with self.storage.unmapped(), reading, self._errors("search", request.text):
+            result = super().search(request)
+            private, result.drifted = drifted_copy(self.conn, request, self.marked)
+            try:
+                if result.drifted:
+                    _merge(result, _DriftSearch(private, self).search(request), request.limit)
+            finally:
+                private.close()
+        return result
 
     # -- writes ---------------------------------------------------------------------
 
@@ -80,11 +106,14 @@ class Fts5Index(Fts5Search, Fts5Repair):
         for rowid in rowids:
             conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
         record = None if value is None else parse_record(skey, value)
-        if isinstance(record, MemoryRecord) and record.live:
+        live = isinstance(record, MemoryRecord) and record.live
+        if isinstance(record, MemoryRecord) and live:
             conn.execute(INSERT_FTS, fts_row(record))
             conn.execute(UPSERT_META, (agent, level.name, key, value))
         else:
             conn.execute(DELETE_META, (agent, level.name, key))
+        if self.marked:  # in step again (kv's row as it is now), or no mark at all
+            conn.execute(SET_MARK if live else DROP_MARK, (skey,))
 
     def write(
         self, storage_key: str, update: Callable[[str | None], str]
@@ -149,6 +178,32 @@ class Fts5Index(Fts5Search, Fts5Repair):
             if on_batch is not None:
                 on_batch(done)
         return deleted
+
+
+class _DriftSearch(Fts5Search):
+    """The search on a private index of drifted memories (fts_drift.py), its hits
+    checked against the store's kv."""
+
+    def __init__(self, conn: sqlite3.Connection, store: Fts5Tables) -> None:
+        super().__init__(conn)
+        self._store = store
+
+    def _kv(self, keys: Sequence[str]) -> dict[str, str]:
+        return self._store._kv(keys)
+
+
+def _merge(result: SearchResult, extra: SearchResult, limit: int) -> None:
+    """``extra``'s hits into ``result``'s: by score, then storage key; the best ``limit``.
+
+    Both are ranked by the same rule and each record is searched in one of
+    them only, so the best of the merge are the best of all.
+    """
+    hits = {hit.record.storage_key: hit for hit in extra.hits}
+    hits.update({hit.record.storage_key: hit for hit in result.hits})
+    ranked = sorted(hits.values(), key=lambda hit: (-hit.score, hit.record.storage_key))
+    result.hits = ranked[:limit]
+    result.stale += extra.stale
+    result.malformed += [key for key in extra.malformed if key not in result.malformed]
 
 
 class ScanIndex:

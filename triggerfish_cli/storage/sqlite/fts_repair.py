@@ -16,6 +16,14 @@ from triggerfish_cli.memory.keys import LEVELS_BY_NAME, agent_prefix, split_key
 from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.batching import in_batches
+from triggerfish_cli.storage.sqlite.fts_marks import (
+    DROP_MARK,
+    MARK_BATCH,
+    MARKS_SQL,
+    SET_MARK,
+    mark_range,
+    windows,
+)
 from triggerfish_cli.storage.sqlite.fts_tables import (
     REPAIR_BATCH,
     Fts5Tables,
@@ -123,7 +131,25 @@ class Fts5Repair(Fts5Tables):
         # batches of index rows (drift the next reindex repairs), never kv.
         with self.storage.bulk_writes() if self.storage else contextlib.nullcontext():
             self._rewrite(drift, fix, had_rows, on_batch)
+            self._mark()
         return drift
+
+    def _mark(self) -> None:
+        """Mark every memory now in step with its index rows (fts_marks.py), in gated
+        batches of key ranges, replacing the marks there were."""
+        if not self.marked:
+            with self._transaction("create the memory index marks") as conn:
+                conn.execute(MARKS_SQL)
+            self.marked = True
+
+        def mark(keys: Sequence[str]) -> None:
+            with self._transaction("memory index marks") as conn:
+                mark_range(conn, keys[0], keys[-1])
+
+        with self._errors("mark the memory index"):
+            for window in windows(self.conn):
+                for _ in in_batches(window, mark, most=MARK_BATCH, gate=self._gate()):
+                    pass
 
     def _rewrite(
         self,
@@ -160,6 +186,9 @@ class Fts5Repair(Fts5Tables):
                 conn.executemany(INSERT_FTS, fts)
                 conn.executemany(UPSERT_META, meta)
                 conn.executemany(DELETE_META, dropped)
+                if self.marked:
+                    conn.executemany(SET_MARK, [(triple_key(row[:3]),) for row in meta])
+                    conn.executemany(DROP_MARK, [(triple_key(triple),) for triple in dropped])
 
         for count, _ in in_batches(fix, rewrite, most=REPAIR_BATCH, gate=self._gate()):
             drift.fixed += count

@@ -18,6 +18,7 @@ from triggerfish_cli.memory.keys import PREFIX
 from triggerfish_cli.memory.record import MemoryRecord, parse_record
 from triggerfish_cli.serialization import fast_loads
 from triggerfish_cli.storage.sqlite.backend import SqliteStorage
+from triggerfish_cli.storage.sqlite.fts_marks import has_marks
 from triggerfish_cli.storage.sqlite.fts_query import fts_string, has_tokens
 from triggerfish_cli.storage.sqlite.sql import (
     INSERT_FTS,
@@ -94,6 +95,7 @@ class Fts5Tables:
             )
         }
         self.present = names == {"memory_fts", "memory_meta"}
+        self.marked = self.present and has_marks(conn)
         self.kind = "sqlite-fts5" if self.present else "scan"
         self._docsize = self.present and bool(
             conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'memory_fts_docsize'").fetchone()

@@ -178,13 +178,16 @@ class SqliteSession(BaseStorage):
         return retried(once)
 
     @contextmanager
-    def read_snapshot(self, what: str = "read") -> Iterator[sqlite3.Connection]:
+    def read_snapshot(
+        self, what: str = "read", *, checkpoint: bool = True
+    ) -> Iterator[sqlite3.Connection]:
         """One read transaction: every read inside sees the snapshot its first read took.
 
         In WAL mode a reader never blocks the gateway's writes; it only keeps
         a checkpoint from finishing past the snapshot until it ends, so a
         PASSIVE checkpoint runs as soon as it ends (the gateway's next commit
-        does not inherit the backlog).
+        does not inherit the backlog). ``checkpoint=False``: none, for a short
+        read that must leave the store's files as they were (a search).
         """
         conn = self.connection
         with self.errors(what):
@@ -201,7 +204,8 @@ class SqliteSession(BaseStorage):
                         conn.execute("COMMIT")
                     except sqlite3.Error:
                         conn.execute("ROLLBACK")
-                    conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+                    if checkpoint:
+                        conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
 
     def _lenient(self, exc: sqlite3.Error) -> bool:
         """Met TEXT that is not UTF-8: from now on decode it as an odd cell (cells.py).
