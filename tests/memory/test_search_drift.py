@@ -263,8 +263,11 @@ def test_reindex_marks_the_memories_in_step_and_our_writes_keep_them(tmp_path: P
     db = small_store(tmp_path / "gw.db")
     cron_writes(db, mkey(CRON, "PUBLIC", "digest"), memory_record(
         "digest", "PUBLIC", "morning digest", agent=CRON))  # fmt: skip
+    gone = mkey(CRON, "PUBLIC", "gone")  # soft-deleted: searched nowhere, so marked too
+    cron_writes(db, gone, memory_record("gone", "PUBLIC", "old heron", agent=CRON, expired=True))
     assert admin(db, "memory", "reindex", "-t", "RESTRICTED").returncode == 0
     assert marks(db) == rowids(db)  # every memory, each at its row as it is
+    assert search_keys(db, "heron", "-A") == []
     pets = mkey(MAIN, "PUBLIC", "pets")
     cron_writes(db, pets, memory_record("pets", "PUBLIC", "a loud parrot talks"))
     assert marks(db)[pets] != rowids(db)[pets]  # the gateway's write left it unmarked
@@ -274,6 +277,11 @@ def test_reindex_marks_the_memories_in_step_and_our_writes_keep_them(tmp_path: P
     assert saved.returncode == 0, saved.stderr
     notes = mkey(MAIN, "PUBLIC", "notes")
     assert marks(db)[notes] == rowids(db)[notes]  # our write keeps its mark in step
+    assert search_keys(db, "heron", "-A") == [notes]
+    forgot = admin(db, "memory", "delete", "notes", "-a", MAIN, "--yes")
+    assert forgot.returncode == 0, forgot.stderr
+    assert marks(db)[notes] == rowids(db)[notes]  # soft-deleted by us: marked at its new row
+    assert search_keys(db, "heron", "-A") == []
     deleted = admin(db, "kv", "delete", mkey(CRON, "PUBLIC", "digest"), "--yes")
     assert deleted.returncode == 0, deleted.stderr
     assert mkey(CRON, "PUBLIC", "digest") not in marks(db)

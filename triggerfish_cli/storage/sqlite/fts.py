@@ -106,14 +106,13 @@ class Fts5Index(Fts5Search, Fts5Repair):
         for rowid in rowids:
             conn.execute("DELETE FROM memory_fts WHERE rowid = ?", (rowid,))
         record = None if value is None else parse_record(skey, value)
-        live = isinstance(record, MemoryRecord) and record.live
-        if isinstance(record, MemoryRecord) and live:
+        if isinstance(record, MemoryRecord) and record.live:
             conn.execute(INSERT_FTS, fts_row(record))
             conn.execute(UPSERT_META, (agent, level.name, key, value))
         else:
             conn.execute(DELETE_META, (agent, level.name, key))
-        if self.marked:  # in step again (kv's row as it is now), or no mark at all
-            conn.execute(SET_MARK if live else DROP_MARK, (skey,))
+        if self.marked:  # in step (or soft-deleted) as kv's row is now, or no mark at all
+            conn.execute(SET_MARK if isinstance(record, MemoryRecord) else DROP_MARK, (skey,))
 
     def write(
         self, storage_key: str, update: Callable[[str | None], str]

@@ -4,7 +4,8 @@ finds the drifted ones without reading every value.
 The gateway writes kv with ``INSERT OR REPLACE`` (UPSTREAM.md), which gives the
 row a new rowid above every other; so do our writes of memory records. A mark
 ``(storage key, kv rowid)`` in our own table says: when kv held this key at
-this rowid, its memory_meta row held the same value. A search then reads only
+this rowid, its memory_meta row held the same value (or the record was
+soft-deleted, so no search shows it). A search then reads only
 the keys and rowids of kv (its key index) and the marks, in one ordered merge,
 and compares values only for the memories whose rowid is not marked: those
 written since the last ``memory reindex`` (which writes the marks) by anything
@@ -35,7 +36,8 @@ WINDOW = 20_000
 #: Keys marked in one write transaction at most.
 MARK_BATCH = 2_000
 
-#: Memories of kv between two keys (inclusive) whose memory_meta row holds kv's value.
+#: Memories of kv between two keys (inclusive) whose memory_meta row holds kv's value,
+#: or that are soft-deleted (``"expired":true``: searched nowhere, whatever the index holds).
 _MARK_RANGE = f"""
 WITH a AS (SELECT key, rowid AS rid, value, substr(key, 8) AS rest FROM kv
            WHERE key >= ? AND key <= ?),
@@ -46,6 +48,7 @@ c AS (SELECT key, rid, value, agent, substr(rest, 1, instr(rest, ':') - 1) AS le
 INSERT INTO {MARKS} (key, kv_rowid) SELECT key, rid FROM c WHERE EXISTS (
   SELECT 1 FROM memory_meta m WHERE m.agent_id = c.agent AND m.classification = c.level
   AND m.key = c.mkey AND m.record_json = c.value)
+  OR CASE WHEN json_valid(value) THEN json_type(value, '$.expired') END = 'true'
 """
 
 
