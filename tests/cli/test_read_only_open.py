@@ -17,15 +17,13 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.helpers.gateway import write_gateway_store
-
-SCRIPT = Path(sys.executable).parent / "triggerfish-admin"
+from tests.helpers.script import run_on_store
 
 #: Commands that only read. (Reading memory rows above PUBLIC, through memory
 #: commands or the raw kv view, writes its audit record by the taint rules: a write.)
@@ -42,16 +40,7 @@ READS = [
 
 
 def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERFISH_")}
-    env["TRIGGERFISH_DATA_DIR"] = str(db.parent / "no-base")
-    return subprocess.run(
-        [str(SCRIPT), "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_on_store(db, db.parent / "no-base", *args)
 
 
 def fingerprint(directory: Path) -> dict[str, str]:

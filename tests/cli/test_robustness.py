@@ -14,35 +14,16 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import CliFn
+from tests.helpers.script import one_line
+from tests.helpers.script import run_script as run
 from tests.helpers.services import unavailable
 from triggerfish_cli.errors import EXIT_CODES
-
-SCRIPT = Path(sys.executable).with_name("triggerfish-admin")
-
-
-def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(SCRIPT), *args],
-        capture_output=True,
-        text=True,
-        env={**os.environ, **(env or {})},
-        timeout=120,
-        check=False,
-    )
-
-
-def one_line(stderr: str) -> str:
-    lines = [line for line in stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, stderr
-    assert "unexpected" not in lines[0] and "Traceback" not in stderr
-    return lines[0]
 
 
 @pytest.fixture

@@ -25,6 +25,21 @@ def run_script(
     )
 
 
+def run_on_store(db: Path, base: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``triggerfish-admin --db DB ARGS`` with no ``TRIGGERFISH_*`` setting of the test's
+    but ``TRIGGERFISH_DATA_DIR=base``, and no stdin (a prompt cannot wait)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERFISH_")}
+    env["TRIGGERFISH_DATA_DIR"] = str(base)
+    return subprocess.run(
+        [str(SCRIPT), "--db", str(db), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
 def one_line(stderr: str) -> str:
     """The one line of an error (never a traceback, never "unexpected")."""
     lines = [line for line in stderr.splitlines() if line.strip()]

@@ -13,32 +13,20 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.helpers.script import run_on_store
 from tests.helpers.services import S3
-
-SCRIPT = Path(sys.executable).parent / "triggerfish-admin"
 
 
 def run(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     """The console script on the store ``db`` (its base directory beside it)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIGGERFISH_")}
-    env["TRIGGERFISH_DATA_DIR"] = str(db.parent / "base")
-    return subprocess.run(
-        [str(SCRIPT), "--db", str(db), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_on_store(db, db.parent / "base", *args)
 
 
 def ok(db: Path, *args: str) -> Any:
